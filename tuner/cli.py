@@ -363,7 +363,9 @@ def _exit(code: int) -> None:
 def main() -> None:
     """Console-script entry point: maps errors to exit codes and one-line messages."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click *returns* the code of a typer.Exit instead of raising it.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except GputuneError as exc:
@@ -380,10 +382,11 @@ def main() -> None:
     except Exception as exc:  # gputune itself broke
         import click
 
-        if isinstance(exc, click.exceptions.ClickException):
+        # typer >= 0.20 raises its own vendored copies of click's exceptions (typer.TyperException).
+        if isinstance(exc, click.exceptions.ClickException | typer.TyperException) and hasattr(exc, "show"):
             exc.show()
             sys.exit(int(ExitCode.USAGE))
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, click.exceptions.Abort | typer.Abort):
             sys.exit(130)
         if _DEBUG["on"]:
             import traceback

@@ -18,7 +18,7 @@ from tuner.host import Host
 class Facts:
     """Facts about one host root, each probe run at most once."""
 
-    PROBES = ("gpu", "pcie", "numa", "cpu", "swap", "software", "memory", "kernel")
+    PROBES = ("gpu", "pcie", "numa", "cpu", "swap", "software", "memory", "kernel", "net")
 
     def __init__(self, host: Host, **options: Any) -> None:
         self.host = host

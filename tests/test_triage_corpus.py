@@ -1,0 +1,79 @@
+"""Triage against the labelled corpus in tests/corpus/: real failures made here (vLLM CPU build), real
+H200 OOM traces, and logs users posted in public issue threads (each .toml names its source URL, label
+and the evidence for the label)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuner.triage import diagnose
+from tuner.triage_scan import playbook
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def _cases() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for toml in sorted(CORPUS.glob("*.toml")):
+        with toml.open("rb") as fh:
+            meta = tomllib.load(fh)
+        out.append((toml.stem, meta))
+    return out
+
+
+CASES = _cases()
+
+
+def _run(name: str, meta: dict[str, Any]) -> Any:
+    log = CORPUS / f"{name}.log"
+    tel = CORPUS / meta["telemetry"] if "telemetry" in meta else None
+    dmesg = CORPUS / meta["dmesg"] if "dmesg" in meta else None
+    return diagnose(log, telemetry=tel, dmesg=dmesg, exit_code=meta.get("exit_code"))
+
+
+def test_corpus_is_labelled_with_known_causes_and_sources() -> None:
+    causes = set(playbook().causes)
+    assert len(CASES) >= 40
+    for name, meta in CASES:
+        assert (CORPUS / f"{name}.log").is_file(), name
+        assert meta["label"] in causes, name
+        assert meta.get("source"), name
+        assert meta.get("evidence"), name
+
+
+@pytest.mark.parametrize(("name", "meta"), CASES, ids=[n for n, _ in CASES])
+def test_corpus_case_gets_its_label(name: str, meta: dict[str, Any]) -> None:
+    diag = _run(name, meta)
+    assert diag.cause == meta["label"], f"{name}: {diag.cause} ({diag.confidence}) expected {meta['label']}"
+    if meta.get("stage"):
+        assert diag.stage == meta["stage"], f"{name}: stage {diag.stage} expected {meta['stage']}"
+    for flag, value in meta.get("expect_flags", {}).items():
+        assert diag.remediation.flag_changes.get(flag) == value, (name, diag.remediation.flag_changes)
+
+
+def test_corpus_accuracy_per_label_and_no_memory_label_on_non_memory_failures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    memory = {c for c, info in playbook().causes.items() if info.get("memory")}
+    total: Counter[str] = Counter()
+    right: Counter[str] = Counter()
+    wrong_memory = []
+    for name, meta in CASES:
+        diag = _run(name, meta)
+        total[meta["label"]] += 1
+        right[meta["label"]] += diag.cause == meta["label"]
+        if meta["label"] not in memory and diag.cause in memory:
+            wrong_memory.append((name, diag.cause))
+    with capsys.disabled():
+        print("\ntriage accuracy on tests/corpus (label: right/total)")
+        for label in sorted(total):
+            print(f"  {label:40s} {right[label]:3d}/{total[label]:<3d}")
+        overall = sum(right.values()) / sum(total.values())
+        print(f"  {'overall':40s} {sum(right.values()):3d}/{sum(total.values()):<3d} = {overall:.1%}")
+    assert overall >= 0.90
+    assert not wrong_memory, f"memory label on a non-memory failure: {wrong_memory}"

@@ -1,0 +1,844 @@
+"""`gputune triage`: why a vLLM run died, with the evidence and the next arguments to try.
+
+Inputs: a run directory from `gputune launch` (the last ``attempt-N/``, else the directory itself) or
+any log file; optionally telemetry, a kernel log and the exit status. The log is streamed once
+(tuner/triage_scan.py) against the signatures and stage landmarks in ``playbooks/triage/``; each
+signature names the vLLM / PyTorch / NCCL / kernel source of its message. The evidence is then
+weighed: a CUDA out-of-memory error means a different thing at each start-up stage, another process
+holding GPU memory turns a KV-cache failure into a start-up free-memory problem, a SIGKILL with an
+OOM-killer line in the kernel log means host RAM, NVRM Xid codes mean hardware (or a software fault).
+
+Exit codes: 0 a cause was found, 1 the cause is ``unknown``, 2 usage (missing or unreadable input),
+3 gputune broke.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import ExitCode, UsageError
+from tuner.triage_inputs import (
+    GpuProcessSample,
+    TelemetrySummary,
+    exit_from_json,
+    killed_by_sigkill,
+    locate_run,
+    read_gpu_processes,
+    read_json,
+    read_telemetry,
+)
+from tuner.triage_scan import STAGES, Hit, Playbook, ScanResult, playbook, scan
+
+UNKNOWN = "unknown"
+MIN_CONFIDENCE = 0.3
+EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
+GPU_OOM_CAUSES = (
+    "oom_weights_do_not_fit",
+    "oom_cudagraph_capture",
+    "oom_sampler_warmup_or_profile_run",
+    "oom_runtime_under_load",
+    "no_kv_cache_memory",
+    "kv_cache_too_small_for_max_model_len",
+    "startup_free_memory_below_target",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# result model
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evidence:
+    """One fact behind a diagnosis: a log line, a telemetry fact, the exit status or a kernel line."""
+
+    kind: str  # log | telemetry | exit | kernel
+    text: str
+    line: int | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "text": self.text, "line": self.line, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class RemedyOption:
+    """One remedy: what to do, and the argument / environment changes that do it (may be empty)."""
+
+    summary: str
+    flag_changes: dict[str, str | None] = field(default_factory=dict)
+    env_changes: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "flag_changes": dict(self.flag_changes), "env_changes": dict(self.env_changes)}
+
+
+@dataclass(frozen=True)
+class Remediation:
+    """The explanation and the argument changes to apply to the failing command, alternatives ranked.
+
+    ``flag_changes``: flag -> new value; ``""`` adds a bare boolean flag; ``None`` removes the flag.
+    """
+
+    summary: str
+    flag_changes: dict[str, str | None] = field(default_factory=dict)
+    env_changes: dict[str, str] = field(default_factory=dict)
+    alternatives: tuple[RemedyOption, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary,
+            "flag_changes": dict(self.flag_changes),
+            "env_changes": dict(self.env_changes),
+            "alternatives": [a.to_dict() for a in self.alternatives],
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    stage: str
+    remediation: Remediation
+    alternatives: tuple[tuple[str, float], ...]
+    fixable_by_args: bool
+    title: str = ""
+    memory: bool = False
+    source: str = ""
+    vllm_version: str | None = None
+    log: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "title": self.title,
+            "confidence": round(self.confidence, 2),
+            "memory": self.memory,
+            "stage": self.stage,
+            "fixable_by_args": self.fixable_by_args,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "remediation": self.remediation.to_dict(),
+            "alternatives": [{"cause": c, "confidence": round(p, 2)} for c, p in self.alternatives],
+            "vllm_version": self.vllm_version,
+            "log": self.log,
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# evidence gathering
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class _Candidate:
+    cause: str
+    confidence: float
+    hits: list[Hit] = field(default_factory=list)
+    extra: list[Evidence] = field(default_factory=list)
+    groups: dict[str, str] = field(default_factory=dict)
+    first_line: int = 1 << 62
+    stage: str = "unknown"
+    sig_ids: set[str] = field(default_factory=set)
+
+    def add_hit(self, hit: Hit, weight: float, stage: str) -> None:
+        if hit.signature.id not in self.sig_ids and self.sig_ids:
+            self.confidence = min(0.99, max(self.confidence, weight) + 0.02)
+        else:
+            self.confidence = max(self.confidence, weight)
+        self.sig_ids.add(hit.signature.id)
+        self.hits.append(hit)
+        for k, v in hit.groups.items():
+            self.groups.setdefault(k, v)
+        if hit.line_no < self.first_line:
+            self.first_line = hit.line_no
+            self.stage = stage
+
+
+@dataclass
+class _Context:
+    """Everything known about the run besides the log's signature hits."""
+
+    scan: ScanResult
+    pb: Playbook
+    argv: list[str]
+    env: dict[str, str]
+    exit_code: int | None
+    telemetry: TelemetrySummary | None
+    other_gpu_mib: float | None  # memory other processes held on the GPU (gpu-processes.csv)
+    gpu_total_mib: float | None
+    kernel: ScanResult | None
+
+    def arg(self, name: str) -> Any:
+        """Current value of a vLLM argument: the command line first, then what vLLM logged."""
+        flag = "--" + name.replace("_", "-")
+        value: Any = None
+        found = False
+        for i, tok in enumerate(self.argv):
+            norm = tok.split("=", 1)[0].replace("_", "-")
+            if norm != flag:
+                continue
+            found = True
+            if "=" in tok:
+                value = tok.split("=", 1)[1]
+            elif i + 1 < len(self.argv) and not self.argv[i + 1].startswith("--"):
+                value = self.argv[i + 1]
+            else:
+                value = True
+        if found:
+            return value
+        return self.scan.args.get(name)
+
+    def num(self, name: str) -> float | None:
+        value = self.arg(name)
+        if isinstance(value, bool) or value is None:
+            return None
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None
+
+    @property
+    def is_vllm(self) -> bool:
+        s = self.scan
+        return bool(s.vllm_version or s.stage_first_line or s.args or self.argv)
+
+
+_UNITS = {"B": 1 / 2**20, "KiB": 1 / 1024, "KB": 1 / 1024, "MiB": 1.0, "MB": 1.0, "GiB": 1024.0, "GB": 1024.0,
+          "TiB": 2**20, "TB": 2**20}
+
+
+def _mib(text: str) -> float | None:
+    """'3.29 GiB' -> MiB."""
+    parts = text.replace("bytes", "B").split()
+    if len(parts) == 1:
+        for unit in sorted(_UNITS, key=len, reverse=True):
+            if parts[0].endswith(unit):
+                parts = [parts[0][: -len(unit)], unit]
+                break
+    if len(parts) != 2 or parts[1] not in _UNITS:
+        return None
+    try:
+        return float(parts[0]) * _UNITS[parts[1]]
+    except ValueError:
+        return None
+
+
+def _torch_oom_facts(text: str) -> dict[str, float]:
+    """Numbers in PyTorch's caching-allocator OOM message (c10/cuda/CUDACachingAllocator.cpp)."""
+    import re
+
+    size = r"([\d.]+ ?(?:[KMGT]i?B|B|bytes))"
+    facts: dict[str, float] = {}
+    pats = {
+        "total": rf"total capacity of {size}|; {size} total capacity",
+        "free": rf"of which {size} is free|; {size} free",
+        "this_process": rf"this process has {size} memory in use",
+        "tried": rf"Tried to allocate {size}",
+        "reserved_unallocated": rf"and {size} is reserved by PyTorch but unallocated",
+    }
+    for key, pat in pats.items():
+        m = re.search(pat, text)
+        if m:
+            val = _mib(next(g for g in m.groups() if g))
+            if val is not None:
+                facts[key] = val
+    procs = [_mib(s) for s in re.findall(rf"Process \d+ has {size} memory in use", text)]
+    listed = [p for p in procs if p is not None]
+    if listed:
+        facts["listed_processes"] = sum(listed)
+        facts["listed_count"] = len(listed)
+    return facts
+
+
+def _other_process_mib(facts: dict[str, float]) -> float | None:
+    """Memory held by other processes according to a PyTorch OOM message (None if it doesn't say)."""
+    if "listed_processes" not in facts or "this_process" not in facts:
+        # without "this process has", a listed process may be this one (pid namespaces differ in containers)
+        return None
+    own = facts.get("this_process", 0.0)
+    others = facts["listed_processes"] - own
+    return max(0.0, others)
+
+
+def _gather(ctx: _Context) -> dict[str, _Candidate]:
+    pb = ctx.pb
+    cands: dict[str, _Candidate] = {}
+
+    def cand(cause: str) -> _Candidate:
+        if cause not in cands:
+            cands[cause] = _Candidate(cause, 0.0)
+        return cands[cause]
+
+    for hit in ctx.scan.hits:
+        sig = hit.signature
+        # a message that belongs to one stage (vLLM raises it there) names the stage itself
+        stage = sig.stage or hit.stage
+        if stage == "unknown":
+            stage = _stage_after(ctx.scan, hit.line_no)
+        cause, weight = sig.cause, sig.weight
+        if sig.id == "kernel.nvrm_xid":
+            cause, weight = _xid_cause(pb, hit)
+        if cause == "oom":
+            cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
+            facts = _torch_oom_facts(hit.text)
+            others = _other_process_mib(facts)
+            total = facts.get("total") or ctx.gpu_total_mib
+            if others is not None and total and others >= 0.2 * total and stage in EARLY_STAGES:
+                c = cand("startup_free_memory_below_target")
+                c.add_hit(hit, min(0.9, weight), stage)
+                c.groups.setdefault("others_mib", f"{others:.0f}")
+                c.groups.setdefault("total_mib", f"{total:.0f}")
+                weight *= 0.6
+        cand(cause).add_hit(hit, weight, stage)
+
+    if ctx.kernel is not None:
+        for hit in ctx.kernel.hits:
+            cause, weight = hit.signature.cause, hit.signature.weight
+            if hit.signature.id == "kernel.nvrm_xid":
+                cause, weight = _xid_cause(pb, hit)
+            if cause == "host_ram_oom_killed" and killed_by_sigkill(ctx.exit_code):
+                weight = max(weight, 0.97)
+            c = cand(cause)
+            c.add_hit(hit, weight, ctx.scan.stage)
+
+    if killed_by_sigkill(ctx.exit_code):
+        c = cand("host_ram_oom_killed")
+        c.confidence = max(c.confidence, 0.5) if c.hits else 0.5
+        if c.hits:
+            c.confidence = min(0.99, c.confidence + 0.03)
+        c.extra.append(Evidence("exit", f"exit status {ctx.exit_code}: killed by SIGKILL", None,
+                                "SIGKILL is what the kernel OOM killer sends"))
+        c.stage = ctx.scan.stage if c.stage == "unknown" else c.stage
+    return cands
+
+
+def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
+    """The stage named by the traceback printed just after an error line (a log excerpt may start
+    with the error, and some loggers print the message before its traceback)."""
+    found = [s for s, first in res.stage_first_line.items() if line_no < first <= line_no + window]
+    return max(found, key=STAGES.index) if found else "unknown"
+
+
+def _xid_cause(pb: Playbook, hit: Hit) -> tuple[str, float]:
+    try:
+        code = int(hit.groups.get("xid", "-1"))
+    except ValueError:
+        code = -1
+    entry = pb.xid.get(code)
+    if entry is None:
+        return "gpu_hardware_fault", 0.5
+    return str(entry["cause"]), float(entry["weight"])
+
+
+def _later(a: str | None, b: str) -> str:
+    if a is None or a not in STAGES:
+        return b
+    if b not in STAGES:
+        return a
+    return a if STAGES.index(a) >= STAGES.index(b) else b
+
+
+def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
+    """Apply the rules that need several facts at once; return candidates best first."""
+    tel = ctx.telemetry
+    total = ctx.gpu_total_mib or (tel.total_mib if tel else None)
+    strong_other = [c for c in cands.values() if c.confidence >= 0.8 and c.cause != "nccl_multi_gpu_comm_failure"]
+    if "nccl_multi_gpu_comm_failure" in cands and strong_other:
+        # NCCL errors follow a rank's death from another cause (watchdog, aborted communicator).
+        cands["nccl_multi_gpu_comm_failure"].confidence *= 0.7
+
+    # Another process held GPU memory: KV-cache failures and early OOMs are start-up free-memory problems.
+    others = ctx.other_gpu_mib
+    if others is not None and total and others >= 0.2 * total:
+        ev = Evidence("telemetry", f"other processes held {others:.0f} MiB of {total:.0f} MiB on the GPU",
+                      None, "gpu-processes.csv")
+        for cause in ("no_kv_cache_memory", "kv_cache_too_small_for_max_model_len", "oom_weights_do_not_fit",
+                      "oom_sampler_warmup_or_profile_run"):
+            if cause in cands and cands[cause].confidence >= 0.5:
+                src = cands[cause]
+                c = cands.setdefault("startup_free_memory_below_target",
+                                     _Candidate("startup_free_memory_below_target", 0.0))
+                c.confidence = max(c.confidence, min(0.9, src.confidence))
+                c.hits.extend(src.hits)
+                c.extra.append(ev)
+                c.first_line = min(c.first_line, src.first_line)
+                c.stage = src.stage
+                c.groups.setdefault("others_mib", f"{others:.0f}")
+                c.groups.setdefault("total_mib", f"{total:.0f}")
+                src.confidence *= 0.6
+
+    if tel is not None:
+        if tel.at_capacity(total):
+            ev = Evidence("telemetry", _tel_text(tel, total), None, f"{tel.format}: memory at capacity")
+            for cause in GPU_OOM_CAUSES:
+                if cause in cands and cands[cause].hits:
+                    cands[cause].confidence = min(0.99, cands[cause].confidence + 0.03)
+                    cands[cause].extra.append(ev)
+            if not cands and ctx.exit_code not in (None, 0):
+                c = _Candidate("oom_runtime_under_load", 0.45, stage=ctx.scan.stage)
+                c.extra.append(ev)
+                cands[c.cause] = c
+        elif tel.peak_used_mib is not None:
+            ev = Evidence("telemetry", _tel_text(tel, total), None, f"{tel.format}: memory below capacity")
+            for cause in GPU_OOM_CAUSES:
+                if cause in cands:
+                    cands[cause].extra.append(ev)
+
+    ranked = sorted(cands.values(), key=lambda c: (-c.confidence, c.first_line))
+    return [c for c in ranked if c.confidence > 0]
+
+
+def _tel_text(tel: TelemetrySummary, total: float | None) -> str:
+    peak = tel.peak_used_mib or 0.0
+    parts = [f"GPU memory peaked at {peak:.0f} MiB"]
+    if total:
+        parts.append(f"of {total:.0f} MiB ({100 * peak / total:.0f}%)")
+    if tel.plateau_samples > 1:
+        parts.append(f"for {tel.plateau_samples} samples")
+    if tel.dropped_after_peak:
+        parts.append("then fell (the process released it or died)")
+    if tel.util_last is not None and tel.util_peak:
+        parts.append(f"; GPU utilisation last {tel.util_last:.0f}% (peak {tel.util_peak:.0f}%)")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# remediation
+# --------------------------------------------------------------------------------------------------
+def round_down_len(n: int) -> int:
+    """A max_model_len a little under vLLM's estimate, on a round boundary."""
+    if n >= 16384:
+        return n // 1024 * 1024
+    if n >= 2048:
+        return n // 256 * 256
+    if n >= 256:
+        return n // 16 * 16
+    return n
+
+
+def _f(groups: dict[str, str], key: str) -> float | None:
+    try:
+        return float(groups[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _util_fitting(free_gib: float, total_gib: float) -> float | None:
+    margin = max(0.5, 0.01 * total_gib)
+    if total_gib <= 0:
+        return None
+    util = math.floor((free_gib - margin) / total_gib * 100) / 100
+    return util if util >= 0.05 else None
+
+
+def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
+    pb = ctx.pb
+    info = pb.causes.get(top.cause, {})
+    g = top.groups
+    base_alts = [RemedyOption(str(a)) for a in info.get("alternatives", [])]
+    summary = str(info.get("summary", ""))
+    flags: dict[str, str | None] = {}
+    env: dict[str, str] = {}
+    alts: list[RemedyOption] = []
+    util = ctx.num("gpu_memory_utilization")
+    cpu = ctx.scan.cpu_backend
+
+    if top.cause == "kv_cache_too_small_for_max_model_len":
+        mml = _f(g, "max_model_len") or ctx.num("max_model_len")
+        est = _f(g, "estimated_max_len") or _f(g, "kv_tokens")
+        needed, avail = _f(g, "needed_gib"), _f(g, "available_gib")
+        if est is None and mml and needed and avail:
+            est = mml * avail / needed
+        if mml and needed is not None and avail is not None:
+            summary = (f"One sequence of max_model_len={int(mml)} tokens needs {needed:g} GiB of KV cache, but only "
+                       f"{avail:g} GiB is available.")
+        elif mml and est:
+            summary = f"max_model_len={int(mml)} is larger than the {int(est)} tokens the KV cache can hold."
+        if est and est >= 16:
+            new_len = round_down_len(int(est))
+            flags["--max-model-len"] = str(new_len)
+            summary += f" vLLM estimates that {int(est)} tokens fit: use --max-model-len {new_len}."
+        if cpu:
+            space = math.ceil((needed or 0) * 1.1) + 1 if needed else None
+            if space:
+                alts.append(RemedyOption(f"give the CPU KV cache {space} GiB (VLLM_CPU_KVCACHE_SPACE={space})",
+                                         env_changes={"VLLM_CPU_KVCACHE_SPACE": str(space)}))
+        else:
+            if util is None or util < 0.95:
+                new_u = min(0.95, round((util or 0.9) + 0.05, 2))
+                alts.append(RemedyOption(f"raise --gpu-memory-utilization to {new_u:.2f} if the GPU has it free",
+                                         {"--gpu-memory-utilization": f"{new_u:.2f}"}))
+            if str(ctx.arg("kv_cache_dtype") or "auto") == "auto":
+                alts.append(RemedyOption("store the KV cache in FP8 (halves KV memory; small accuracy cost)",
+                                         {"--kv-cache-dtype": "fp8"}))
+    elif top.cause == "no_kv_cache_memory":
+        if cpu:
+            env["VLLM_CPU_KVCACHE_SPACE"] = "4"
+            summary = ("The CPU backend was given no memory for the KV cache (VLLM_CPU_KVCACHE_SPACE=0 or "
+                       "--kv-cache-memory-bytes 0): give it some GiB.")
+        else:
+            if util is None or util < 0.95:
+                new_u = min(0.95, round((util or 0.9) + 0.05, 2))
+                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
+                summary += f" Raise --gpu-memory-utilization to {new_u:.2f} if nothing else uses the GPU."
+            tokens = ctx.num("max_num_batched_tokens")
+            new_t = int(tokens // 2) if tokens else 4096
+            alts.append(RemedyOption("shrink the profiling run's activation peak",
+                                     {"--max-num-batched-tokens": str(new_t)}))
+            if not ctx.arg("enforce_eager"):
+                alts.append(RemedyOption("skip CUDA graphs (their memory is budgeted in recent vLLM)",
+                                         {"--enforce-eager": ""}))
+    elif top.cause == "startup_free_memory_below_target":
+        free, total = _f(g, "free_gib"), _f(g, "total_gib")
+        if "node" in g and free is not None:
+            req = _f(g, "requested_gib")
+            space = math.floor(free * 0.8)
+            summary = (f"The KV cache asked for {req:g} GiB of host RAM but only {free:g} of {total:g} GiB was "
+                       f"available on NUMA node {g['node']}.")
+            if space >= 1:
+                if ctx.arg("kv_cache_memory_bytes") is not None:
+                    flags["--kv-cache-memory-bytes"] = str(space * 2**30)
+                else:
+                    env["VLLM_CPU_KVCACHE_SPACE"] = str(space)
+                summary += f" Ask for {space} GiB or less, or free host memory."
+        elif free is not None and total:
+            requested = _f(g, "requested_gib")
+            summary = (f"Only {free:g} of {total:g} GiB was free on the GPU at start-up, less than the "
+                       f"{requested or 0:g} GiB that gpu_memory_utilization={g.get('util', '?')} asks for: another "
+                       "process holds GPU memory.")
+            new_u = _util_fitting(free, total)
+            if new_u is not None:
+                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
+                summary += f" --gpu-memory-utilization {new_u:.2f} fits what is free."
+        elif "others_mib" in g and "total_mib" in g:
+            others, total_mib = float(g["others_mib"]), float(g["total_mib"])
+            summary = (f"Other processes held {others / 1024:.1f} GiB of the GPU's {total_mib / 1024:.1f} GiB when "
+                       "this one ran out of memory.")
+            new_u = _util_fitting((total_mib - others) / 1024, total_mib / 1024)
+            if new_u is not None and ctx.is_vllm:
+                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
+                summary += f" --gpu-memory-utilization {new_u:.2f} fits the rest."
+    elif top.cause == "oom_cudagraph_capture":
+        flags["--enforce-eager"] = ""
+        summary += " Run without CUDA graphs (--enforce-eager), at some cost in decode speed."
+        if util:
+            alts.append(RemedyOption("leave room for the graphs",
+                                     {"--gpu-memory-utilization": f"{max(0.1, util - 0.03):.2f}"}))
+        seqs = ctx.num("max_num_seqs")
+        alts.append(RemedyOption("capture graphs for fewer sequences",
+                                 {"--max-num-seqs": str(int(seqs // 2) if seqs else 128)}))
+    elif top.cause == "oom_sampler_warmup_or_profile_run":
+        n = _f(g, "num_reqs") or ctx.num("max_num_seqs")
+        new_seqs = max(1, int(n // 2)) if n else 128
+        flags["--max-num-seqs"] = str(new_seqs)
+        if "num_reqs" not in g:
+            tokens = ctx.num("max_num_batched_tokens")
+            flags["--max-num-batched-tokens"] = str(int(tokens // 2) if tokens else 4096)
+        summary += " Run the dummy batch smaller: " + " ".join(f"{k} {v}" for k, v in flags.items()) + "."
+        if util:
+            alts.append(RemedyOption("lower the budget if another process shares the GPU",
+                                     {"--gpu-memory-utilization": f"{max(0.1, util - 0.05):.2f}"}))
+    elif top.cause == "oom_runtime_under_load":
+        if ctx.is_vllm:
+            seqs = ctx.num("max_num_seqs")
+            flags["--max-num-seqs"] = str(max(1, int(seqs // 2)) if seqs else 128)
+            summary += " Run fewer sequences at once: --max-num-seqs " + str(flags["--max-num-seqs"]) + "."
+            if util:
+                alts.append(RemedyOption("leave headroom outside the KV cache",
+                                         {"--gpu-memory-utilization": f"{max(0.1, util - 0.05):.2f}"}))
+            tokens = ctx.num("max_num_batched_tokens")
+            alts.append(RemedyOption("smaller prefill chunks",
+                                     {"--max-num-batched-tokens": str(int(tokens // 2) if tokens else 4096)}))
+    elif top.cause == "oom_weights_do_not_fit":
+        facts = _torch_oom_facts(top.hits[0].text) if top.hits else {}
+        if "total" in facts:
+            summary += f" The GPU has {facts['total'] / 1024:.1f} GiB in all."
+    elif top.cause == "host_ram_oom_killed":
+        offload = ctx.num("cpu_offload_gb")
+        swap = ctx.num("swap_space")
+        if offload:
+            flags["--cpu-offload-gb"] = str(int(offload // 2)) if offload >= 2 else None
+            summary += f" --cpu-offload-gb {offload:g} keeps weights in host RAM: lower it."
+        elif swap:
+            flags["--swap-space"] = str(int(swap // 2))
+            summary += f" --swap-space {swap:g} GiB per GPU is host RAM: lower it."
+        elif cpu or "VLLM_CPU_KVCACHE_SPACE" in ctx.env:
+            space = ctx.env.get("VLLM_CPU_KVCACHE_SPACE", "")
+            if space.isdigit() and int(space) > 1:
+                env["VLLM_CPU_KVCACHE_SPACE"] = str(int(space) // 2)
+                summary += f" The CPU KV cache takes VLLM_CPU_KVCACHE_SPACE={space} GiB of RAM: halve it."
+    elif top.cause == "host_pinned_memory_swap_space":
+        swap_total, cpu_total = _f(g, "swap_gib"), _f(g, "cpu_total_gib")
+        cur = ctx.num("swap_space") or 4.0
+        if swap_total and cpu_total:
+            gpus = max(1.0, round(swap_total / cur))
+            new = int(0.35 * cpu_total / gpus)
+            flags["--swap-space"] = str(new)
+            summary = (f"--swap-space reserves {swap_total:g} GiB of the host's {cpu_total:g} GiB RAM (more than 70%): "
+                       f"use --swap-space {new}.")
+        elif ctx.num("swap_space"):
+            flags["--swap-space"] = "0"
+    elif top.cause == "quant_or_dtype_unsupported_on_gpu":
+        sig_ids = top.sig_ids
+        if "vllm.bf16_unsupported" in sig_ids:
+            flags["--dtype"] = "half"
+            cap = g.get("capability")
+            summary = (f"This GPU{' (compute capability ' + cap + ')' if cap else ''} has no bfloat16: "
+                       "use --dtype half.")
+        elif "vllm.quant_min_capability" in sig_ids:
+            method = g.get("method") or str(ctx.arg("quantization") or "")
+            summary = (f"Quantization {method or '(this method)'} needs compute capability "
+                       f"{g.get('min_cap', '?')}, the GPU has {g.get('cur_cap', '?')}.")
+            if method == "fp8" and ctx.arg("quantization") == "fp8":
+                flags["--quantization"] = None
+                summary += " Drop --quantization fp8 (or use a GPTQ/AWQ checkpoint)."
+    elif top.cause == "config_error_not_resource":
+        if "derived" in g:
+            derived = int(float(g["derived"]))
+            flags["--max-model-len"] = str(derived)
+            summary = (f"--max-model-len {g.get('max_model_len')} is above the model's own limit "
+                       f"({g.get('derived_key')}={derived}); use --max-model-len {derived} (or a model/rope "
+                       "scaling that supports the longer context).")
+        elif "batched" in g:
+            flags["--max-num-batched-tokens"] = g["max_model_len"]
+            summary = (f"max_num_batched_tokens ({g['batched']}) is below max_model_len ({g['max_model_len']}); raise "
+                       "it or enable chunked prefill.")
+        elif "net.address_in_use" in top.sig_ids:
+            port = ctx.arg("port")
+            summary = (f"The port{' ' + str(port) if port else ''} is already in use by another process: stop it or "
+                       "choose another --port. Not a memory problem.")
+        else:
+            text = top.hits[0].text.strip() if top.hits else ""
+            summary = f"vLLM rejected its configuration: {text[:300]}"
+    return Remediation(summary=summary.strip(), flag_changes=flags, env_changes=env,
+                       alternatives=tuple(alts + base_alts))
+
+
+# --------------------------------------------------------------------------------------------------
+# entry points
+# --------------------------------------------------------------------------------------------------
+def diagnose(
+    path: Path,
+    telemetry: Path | None = None,
+    dmesg: Path | None = None,
+    exit_code: int | None = None,
+) -> Diagnosis:
+    """Diagnose a run directory from `gputune launch` (its last attempt) or a log file.
+
+    Raises UsageError when a path is missing or unreadable.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory", "give a run directory or a vLLM log file")
+    try:
+        files = locate_run(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
+    for opt, p in (("--telemetry", telemetry), ("--dmesg", dmesg)):
+        if p is not None and not Path(p).is_file():
+            raise UsageError(f"{opt} {p}: no such file")
+    pb = playbook()
+    if files.log is None:
+        raise UsageError(f"{path}: no log found (expected vllm.log or a *.log file)")
+    try:
+        with files.log.open("rb") as fh:
+            res = scan(fh, "log", pb)
+    except OSError as exc:
+        raise UsageError(f"{files.log}: cannot read it ({exc.strerror})") from exc
+
+    kernel = None
+    kpath = Path(dmesg) if dmesg else files.dmesg
+    if kpath is not None:
+        try:
+            with kpath.open("rb") as fh:
+                kernel = scan(fh, "kernel", pb)
+        except OSError as exc:
+            raise UsageError(f"{kpath}: cannot read it ({exc.strerror})") from exc
+
+    exit_doc = read_json(files.exit_json)
+    code = exit_code if exit_code is not None else exit_from_json(exit_doc)
+    cmd = read_json(files.command_json)
+    argv = [str(a) for a in cmd.get("argv", [])] if isinstance(cmd.get("argv"), list) else []
+    env = {str(k): str(v) for k, v in cmd.get("env", {}).items()} if isinstance(cmd.get("env"), dict) else {}
+
+    tel = None
+    tpath = Path(telemetry) if telemetry else files.telemetry
+    if tpath is not None:
+        try:
+            tel = read_telemetry(tpath)
+        except OSError as exc:
+            raise UsageError(f"{tpath}: cannot read it ({exc.strerror})") from exc
+        except (ValueError, IndexError, StopIteration):
+            tel = None
+
+    others, total = _other_gpu_memory(files.gpu_processes, res, cmd)
+    ctx = _Context(res, pb, argv, env, code, tel, others, total or (tel.total_mib if tel else None), kernel)
+    ranked = _weigh(ctx, _gather(ctx))
+    return _build(ctx, ranked, files.log, files.attempt)
+
+
+def _other_gpu_memory(path: Path | None, res: ScanResult, cmd: dict[str, Any]) -> tuple[float | None, float | None]:
+    """MiB that processes other than this run's held on the GPU (the most seen at any time)."""
+    if path is None:
+        return None, None
+    try:
+        rows = read_gpu_processes(path)
+    except OSError:
+        return None, None
+    if not rows:
+        return 0.0, None
+    own = set(res.pids)
+    for key in ("pid", "child_pid"):
+        if isinstance(cmd.get(key), int):
+            own.add(int(cmd[key]))
+    first_time = rows[0][0]
+    if not own:
+        # without this run's pids, the processes present in the first sample were there before it
+        before = {s.pid for t, s in rows if t == first_time}
+        by_time: dict[str, float] = {}
+        for t, s in rows:
+            if s.pid in before:
+                by_time[t] = by_time.get(t, 0.0) + s.used_mib
+        return (max(by_time.values()) if by_time else 0.0), None
+    by_time = {}
+    for t, s in rows:
+        if s.pid not in own:
+            by_time[t] = by_time.get(t, 0.0) + s.used_mib
+    samples: list[GpuProcessSample] = [s for _, s in rows]
+    del samples
+    return (max(by_time.values()) if by_time else 0.0), None
+
+
+def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | None) -> Diagnosis:
+    pb = ctx.pb
+    res = ctx.scan
+    if not ranked or ranked[0].confidence < MIN_CONFIDENCE:
+        info = pb.causes.get(UNKNOWN, {})
+        ev = [Evidence("log", text, no, "last error line") for no, text in res.tail
+              if any(w in text for w in ("Error", "ERROR", "error:", "Traceback", "Killed", "exit"))][-5:]
+        if ctx.exit_code is not None:
+            ev.append(Evidence("exit", f"exit status {ctx.exit_code}"))
+        return Diagnosis(
+            cause=UNKNOWN,
+            confidence=0.0,
+            evidence=tuple(ev),
+            stage=res.stage,
+            remediation=Remediation(str(info.get("summary", "")),
+                                    alternatives=tuple(RemedyOption(str(a)) for a in info.get("alternatives", []))),
+            alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[:3]),
+            fixable_by_args=False,
+            title=str(info.get("title", "")),
+            vllm_version=res.vllm_version,
+            log=str(log) if log else None,
+        )
+    top = ranked[0]
+    info = pb.causes.get(top.cause, {})
+    evidence: list[Evidence] = []
+    seen: set[tuple[bool, int]] = set()
+    for hit in sorted(top.hits, key=lambda h: (h.line_no, -h.signature.weight)):
+        in_kernel = bool(ctx.kernel and hit in ctx.kernel.hits)
+        key = (in_kernel, hit.line_no)
+        if key in seen or len(seen) >= 6:
+            continue
+        seen.add(key)
+        kind = "kernel" if in_kernel else "log"
+        count = (ctx.kernel.hit_counts if kind == "kernel" and ctx.kernel else res.hit_counts).get(hit.signature.id, 1)
+        detail = f"{hit.signature.id}: {hit.signature.source}"
+        if count > 1:
+            detail += f" (seen {count} times)"
+        evidence.append(Evidence(kind, hit.text.strip()[:500], hit.line_no, detail))
+    evidence.extend(top.extra)
+    stage = top.stage if top.stage != "unknown" else res.stage
+    if stage in res.stage_first_line:
+        evidence.append(Evidence("log", f"start-up reached stage '{stage}'", res.stage_first_line[stage],
+                                 "first landmark of that stage (playbooks/triage/stages.toml)"))
+    if ctx.exit_code is not None and not any(e.kind == "exit" for e in evidence):
+        evidence.append(Evidence("exit", f"exit status {ctx.exit_code}"))
+    remedy = _remedy(ctx, top)
+    return Diagnosis(
+        cause=top.cause,
+        confidence=round(min(0.99, top.confidence), 2),
+        evidence=tuple(evidence),
+        stage=stage,
+        remediation=remedy,
+        alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[1:4]),
+        fixable_by_args=bool(info.get("fixable_by_args", False)),
+        title=str(info.get("title", "")),
+        memory=bool(info.get("memory", False)),
+        source=top.hits[0].signature.source if top.hits else "",
+        vllm_version=res.vllm_version,
+        log=str(log) if log else None,
+    )
+
+
+def apply_flag_changes(args: list[str], changes: dict[str, str | None]) -> list[str]:
+    """Apply triage's flag changes to a vLLM argument list.
+
+    ``changes`` maps a flag to its new value; ``""`` means a bare boolean flag (added once), ``None``
+    removes the flag. Both ``--flag value`` and ``--flag=value`` are understood, ``--max_model_len``
+    is the same flag as ``--max-model-len``, and since argparse lets the last occurrence win, the
+    last one is rewritten in place and earlier ones are dropped.
+    """
+    out = list(args)
+    for flag, value in changes.items():
+        norm = flag.replace("_", "-")
+        spans: list[tuple[int, int]] = []  # [start, end) of each occurrence
+        i = 0
+        while i < len(out):
+            tok = out[i]
+            name = tok.split("=", 1)[0].replace("_", "-")
+            if tok.startswith("--") and name == norm:
+                if "=" in tok:
+                    spans.append((i, i + 1))
+                elif i + 1 < len(out) and not (out[i + 1].startswith("--") or out[i + 1] == "-"):
+                    spans.append((i, i + 2) if value != "" else (i, i + 1))
+                    i += 1 if value == "" else 2
+                    continue
+                else:
+                    spans.append((i, i + 1))
+            i += 1
+        if value is None:
+            for start, end in reversed(spans):
+                del out[start:end]
+            continue
+        replacement = [flag] if value == "" else [flag, value]
+        if spans:
+            last_start, last_end = spans[-1]
+            out[last_start:last_end] = replacement
+            for start, end in reversed(spans[:-1]):
+                del out[start:end]
+        else:
+            out.extend(replacement)
+    return out
+
+
+def main(
+    path: Path,
+    telemetry: Path | None = None,
+    dmesg: Path | None = None,
+    exit_code: int | None = None,
+    fmt: str = "table",
+) -> int:
+    """`gputune triage`: print the diagnosis; 0 cause found, 1 unknown, 2 usage, 3 broke."""
+    try:
+        diag = diagnose(Path(path), telemetry, dmesg, exit_code)
+    except UsageError as exc:
+        print(f"gputune: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except Exception as exc:
+        if os.environ.get("GPUTUNE_DEBUG"):
+            raise
+        print(f"gputune: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return int(ExitCode.INTERNAL)
+    if fmt == "json":
+        print(json.dumps(diag.to_dict(), indent=2))
+    else:
+        from tuner.triage_render import render_table
+
+        render_table(diag)
+    return int(ExitCode.OK if diag.cause != UNKNOWN else ExitCode.BAD_ANSWER)

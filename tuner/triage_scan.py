@@ -1,0 +1,344 @@
+"""Streaming scan of a log for failure signatures and stage landmarks (the data in playbooks/triage/).
+
+A log is read in 4 MiB binary chunks. A small set of trigger words (each signature's needle contains
+one of them, or is its own trigger) is searched with ``bytes.find``, which runs at memory speed; only
+the lines around a trigger are decoded and tested against the needles and regular expressions. Memory
+stays bounded: the current chunk, a few kept hits per signature, and the last lines of the log.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from tuner.data import data_dir, load_toml
+
+STAGES: tuple[str, ...] = ("load", "memory_profiling", "kv_allocation", "graph_capture", "warmup", "serving")
+CHUNK = 4 << 20
+MAX_LINE = 20_000  # characters of one line looked at (a pasted dict can be huge)
+KEEP_PER_SIGNATURE = 4
+TAIL_BYTES = 4096
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+# Prefilter words, searched case-insensitively in each chunk: every needle contains one of them (or is
+# its own trigger), and they are rare in a healthy serving log, so few lines reach the needle tests.
+ANCHORS: tuple[str, ...] = (
+    "error", "memory", "kill", "cuda", "nccl", "xid", ", in ", "support", "driver", "seq len",
+    "max_model_len", "device", "fault", "ddress", "swap", "shm", "gpus", "exit code", "fallen", "fail",
+    "cannot", "is not ", "illegal", "to serve", "stored in kv", "startup", "peer", "watchdog", "quantization",
+    "lost", "parallel size",
+)
+# Words common in a healthy log: they only serve stage landmarks and configuration lines, which retire.
+LANDMARK_ANCHORS: tuple[str, ...] = (
+    "load", "took", "captur", "blocks", "kv cache", "engine", "startup", "uvicorn", "throughput",
+    "request", "/v1/", "serving_", "warming", "compil", "args", "config:", "cpu_", "version",
+)
+
+# Lines that describe the configuration (current argument values, vLLM version, device).
+INFO_NEEDLES: tuple[str, ...] = (
+    "non-default args:",
+    "args: Namespace(",
+    "with config:",
+    "cpu_worker.py",
+    "cpu_model_runner.py",
+    "version ",
+)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One failure message from playbooks/triage/signatures.toml."""
+
+    id: str
+    cause: str
+    needle: str
+    regex: re.Pattern[str] | None
+    weight: float
+    stage: str | None
+    kind: str  # log | kernel | any
+    source: str
+
+
+@dataclass(frozen=True)
+class Landmark:
+    """One stage landmark from playbooks/triage/stages.toml."""
+
+    stage: str
+    needle: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A line that matched a signature."""
+
+    signature: Signature
+    line_no: int
+    text: str
+    groups: dict[str, str]
+    stage: str  # furthest stage reached when the line was printed ("unknown" before any landmark)
+
+
+@dataclass
+class ScanResult:
+    """What one pass over a log found."""
+
+    hits: list[Hit] = field(default_factory=list)
+    hit_counts: dict[str, int] = field(default_factory=dict)
+    stage_first_line: dict[str, int] = field(default_factory=dict)
+    stage: str = "unknown"
+    pids: set[int] = field(default_factory=set)
+    args: dict[str, Any] = field(default_factory=dict)
+    vllm_version: str | None = None
+    cpu_backend: bool = False
+    lines: int = 0
+    bytes: int = 0
+    tail: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Playbook:
+    signatures: tuple[Signature, ...]
+    landmarks: tuple[Landmark, ...]
+    causes: dict[str, dict[str, Any]]
+    oom_by_stage: dict[str, str]
+    xid: dict[int, dict[str, Any]]
+
+
+@functools.cache
+def playbook(folder: str | None = None) -> Playbook:
+    """Load signatures.toml, stages.toml and causes.toml from playbooks/triage/ (or ``folder``)."""
+    base = Path(folder) if folder else data_dir("playbooks") / "triage"
+    sig_doc = load_toml(base / "signatures.toml")
+    stage_doc = load_toml(base / "stages.toml")
+    cause_doc = load_toml(base / "causes.toml")
+    sigs = []
+    for raw in sig_doc.get("signature", []):
+        rx = raw.get("regex")
+        sigs.append(
+            Signature(
+                id=str(raw["id"]),
+                cause=str(raw["cause"]),
+                needle=str(raw["needle"]),
+                regex=re.compile(rx) if rx else None,
+                weight=float(raw.get("weight", 0.5)),
+                stage=raw.get("stage"),
+                kind=str(raw.get("kind", "log")),
+                source=str(raw.get("source", "")),
+            )
+        )
+    marks = [
+        Landmark(stage=str(group["stage"]), needle=str(n))
+        for group in stage_doc.get("landmark", [])
+        for n in group.get("needles", [])
+    ]
+    xid = {int(k): dict(v) for k, v in cause_doc.get("xid", {}).items()}
+    return Playbook(
+        signatures=tuple(sigs),
+        landmarks=tuple(marks),
+        causes={str(k): dict(v) for k, v in cause_doc.get("cause", {}).items()},
+        oom_by_stage={str(k): str(v) for k, v in cause_doc.get("oom_by_stage", {}).items()},
+        xid=xid,
+    )
+
+
+def trigger_of(needle: str, landmark: bool = False) -> str:
+    """The (lower-case) word the prefilter searches for to find lines that may hold ``needle``."""
+    low = needle.lower()
+    for anchor in ANCHORS + (LANDMARK_ANCHORS if landmark else ()):
+        if anchor in low:
+            return anchor
+    return low
+
+
+def clean_line(raw: bytes) -> str:
+    """Decode one log line, drop ANSI colours and carriage-return progress bars' earlier frames."""
+    text = raw[: MAX_LINE * 2].decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = ANSI.sub("", text)
+    return text.rstrip("\r\n")
+
+
+class _Matcher:
+    """Trigger words -> the needles behind them. Rebuilt when a stage is passed (its landmarks retire)
+    and when an information line has been read (it is needed once)."""
+
+    def __init__(self, sigs: Iterable[Signature], marks: Iterable[Landmark]) -> None:
+        self.sigs = list(sigs)
+        self.marks = list(marks)
+        self.info_left = set(INFO_NEEDLES)
+        self.stage_idx = -1
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        entries: list[tuple[str, object]] = [(sig.needle, sig) for sig in self.sigs]
+        entries += [(m.needle, m) for m in self.marks if STAGES.index(m.stage) > self.stage_idx]
+        entries += [(n, None) for n in INFO_NEEDLES if n in self.info_left]
+        self.entries = entries
+        self.triggers = sorted({trigger_of(n, not isinstance(o, Signature)).encode() for n, o in entries})
+
+
+_PID = re.compile(r"\bpid=(\d+)")
+_VERSION = re.compile(r"(?:version |\(v)(\d+\.\d+\.\d+[\w.+-]*)")
+_CONFIG_KV = re.compile(r"\b(\w+)=([^,()\s]+)")
+
+
+def _parse_args_line(text: str, into: dict[str, Any]) -> None:
+    """Current argument values from vLLM's 'non-default args: {...}' (vllm/entrypoints/utils.py
+    log_non_default_args, 0.9 .. 0.32), 'args: Namespace(...)' (V0 api_server) or the engine's
+    'with config: k=v, ...' line."""
+    if "non-default args:" in text:
+        start = text.find("{", text.find("non-default args:"))
+        end = text.rfind("}")
+        if start >= 0 and end > start:
+            try:
+                value = ast.literal_eval(text[start : end + 1])
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                value = None
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    into[str(k)] = v
+                return
+    if "args: Namespace(" in text or "with config:" in text:
+        for key, val in _CONFIG_KV.findall(text):
+            if key in into:
+                continue
+            try:
+                into[key] = ast.literal_eval(val)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                into[key] = val.strip("'\"")
+
+
+def scan(stream: BinaryIO, kind: str = "log", pb: Playbook | None = None) -> ScanResult:
+    """Scan a log (``kind`` "log") or a kernel log (``kind`` "kernel") for signatures and landmarks."""
+    pb = pb or playbook()
+    sigs = [s for s in pb.signatures if s.kind == "any" or s.kind == kind]
+    marks = list(pb.landmarks) if kind == "log" else []
+    matcher = _Matcher(sigs, marks)
+    res = ScanResult()
+    stage_idx = -1
+    base_line = 0
+    carry = b""
+    last_buf = b""
+    while True:
+        data = stream.read(CHUNK)
+        eof = not data
+        buf = carry + data
+        if not buf:
+            break
+        if eof:
+            cut = len(buf)
+            carry = b""
+        else:
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0:
+                if len(buf) < 4 * CHUNK:
+                    carry = buf
+                    continue
+                cut = len(buf)  # a monstrous line: take it as it is
+            carry = buf[cut:]
+            buf = buf[:cut]
+        res.bytes += len(buf)
+        # line starts that hold a trigger, in order
+        starts: dict[int, int] = {}
+        low = buf.lower()
+        for trig in matcher.triggers:
+            pos = low.find(trig)
+            while pos >= 0:
+                ls = low.rfind(b"\n", 0, pos) + 1
+                le = low.find(b"\n", pos)
+                if le < 0:
+                    le = len(buf)
+                starts.setdefault(ls, le)
+                pos = low.find(trig, le)
+        del low
+        counted_at = 0
+        line_no = base_line
+        for ls in sorted(starts):
+            le = starts[ls]
+            line_no += buf.count(b"\n", counted_at, ls)
+            counted_at = ls
+            raw = buf[ls:le]
+            text = clean_line(raw)
+            info_before = len(matcher.info_left)
+            new_idx = _match_line(text, line_no + 1, matcher, res, stage_idx)
+            if new_idx > stage_idx or len(matcher.info_left) != info_before:
+                stage_idx = max(stage_idx, new_idx)
+                res.stage = STAGES[stage_idx] if stage_idx >= 0 else "unknown"
+                matcher.stage_idx = stage_idx
+                matcher.rebuild()
+        base_line += buf.count(b"\n")
+        if not eof and buf and not buf.endswith(b"\n"):
+            base_line += 0
+        last_buf = (last_buf + buf)[-TAIL_BYTES:] if len(buf) < TAIL_BYTES else buf[-TAIL_BYTES:]
+        if eof:
+            break
+    res.lines = base_line + (0 if last_buf.endswith(b"\n") or not last_buf else 1)
+    tail_lines = last_buf.split(b"\n")
+    if tail_lines and tail_lines[-1] == b"":
+        tail_lines.pop()
+    first_no = res.lines - len(tail_lines) + 1
+    res.tail = [(first_no + i, clean_line(t)) for i, t in enumerate(tail_lines[1:], start=1)][-40:]
+    return res
+
+
+def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, stage_idx: int) -> int:
+    """Test one decoded line against the active needles; returns the new stage index."""
+    new_idx = stage_idx
+    pending: list[Signature] = []
+    for needle, obj in matcher.entries:
+        if needle not in text:
+            continue
+        if obj is None:
+            if _info(needle, text, res):
+                matcher.info_left.discard(needle)
+        elif isinstance(obj, Landmark):
+            idx = STAGES.index(obj.stage)
+            if idx > new_idx:
+                new_idx = idx
+            res.stage_first_line.setdefault(obj.stage, line_no)
+        elif isinstance(obj, Signature):
+            pending.append(obj)
+    for sig in pending:
+        groups: dict[str, str] = {}
+        if sig.regex is not None:
+            m = sig.regex.search(text[:MAX_LINE])
+            if m is None:
+                continue
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        stage = STAGES[new_idx] if new_idx >= 0 else "unknown"
+        n = res.hit_counts.get(sig.id, 0)
+        res.hit_counts[sig.id] = n + 1
+        if n < KEEP_PER_SIGNATURE:
+            res.hits.append(Hit(sig, line_no, text[:1000], groups, stage))
+    if pending or new_idx != stage_idx:
+        for pid in _PID.findall(text[:200]):
+            res.pids.add(int(pid))
+    return new_idx
+
+
+def _info(needle: str, text: str, res: ScanResult) -> bool:
+    """Read a configuration line; True when it was what the needle is for (so it retires)."""
+    for pid in _PID.findall(text[:200]):
+        res.pids.add(int(pid))
+    if needle == "version ":
+        m = _VERSION.search(text)
+        if m and ("vllm" in text.lower() or "LLM engine" in text or "API server version" in text):
+            res.vllm_version = m.group(1)
+            return True
+        return False
+    if needle in ("cpu_worker.py", "cpu_model_runner.py"):
+        res.cpu_backend = True
+        return True
+    if "device_config=cpu" in text:
+        res.cpu_backend = True
+    if res.vllm_version is None:
+        m = _VERSION.search(text)
+        if m:
+            res.vllm_version = m.group(1)
+    _parse_args_line(text, res.args)
+    return True
