@@ -90,15 +90,16 @@ def one_run(model: Path, workdir: Path, i: int) -> dict[str, float]:
         raise SystemExit(f"launch failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     ev = {e["kind"]: e for e in read_events(run / "events.jsonl")}
     start, exec_, ready = ev["start"], ev["exec"], ev["ready"]
-    proc_start = start["data"].get("process_started_at") or t_cmd
+    age_at_main = float(start["data"].get("process_age_at_main_s") or 0.0)
+    main_to_exec = float(exec_["data"]["overhead_s"])
     line_t = found.get("line")
     if line_t is None:
         raise SystemExit("never saw the startup line in vllm.log")
     return {
         "command_to_exec_s": exec_["time"] - t_cmd,
-        "process_start_to_exec_s": exec_["time"] - proc_start,
-        "python_and_imports_s": start["time"] - proc_start,
-        "plan_doctor_checks_s": exec_["time"] - start["time"],
+        "process_start_to_exec_s": age_at_main + main_to_exec,
+        "python_and_imports_s": age_at_main,
+        "plan_doctor_checks_s": main_to_exec,
         "ready_delay_s": ready["time"] - line_t,
         "ready_delay_own_s": float(ready["data"].get("ready_delay_s") or 0.0),
         "vllm_start_s": line_t - exec_["time"],

@@ -41,12 +41,14 @@ def doctor(*args: str, prefix: list[str] | None = None, env: dict[str, str] | No
 
 
 def test_live_doctor_exits_0_with_valid_json() -> None:
-    doc = doctor()
+    # vllm.exposed is left out: a server another test session started here would be its business
+    doc = doctor("--skip", "vllm.exposed")
     assert doc["_rc"] == 0
     assert doc["schema_version"] == 1 and doc["host"]["live"] is True and doc["host"]["source"] == "live"
     assert doc["host"]["kernel"] == os.uname().release
     by_id = {c["id"]: c for c in doc["checks"]}
-    assert {"numa.affinity", "cpu.governor", "swap.device", "vllm.exposed"} <= set(by_id)
+    assert {"numa.affinity", "cpu.governor", "swap.device", "memory.shm"} <= set(by_id)
+    assert "vllm.exposed" not in by_id
     assert not [c for c in doc["checks"] if c["status"] == "fail"]
     # this machine: one NUMA node, no cpufreq, no swap (see ../shared/fixtures/hosts/cpu-vm)
     assert by_id["numa.affinity"]["status"] == "skip"
@@ -197,7 +199,8 @@ def test_vllm_on_loopback_only_is_not_exposed(listener) -> None:  # type: ignore
     _wait_listening(port)
     doc = doctor("--only", "vllm.exposed")
     assert not [c for c in doc["checks"] if c["subject"] == f"pid {pid}"]
-    assert all(c["status"] == "pass" for c in doc["checks"])
+    exposed = {a for c in doc["checks"] for a in c["evidence"]["exposed_listeners"]}
+    assert doc["checks"] and not any(a.endswith(f":{port}") for a in exposed)
 
 
 def test_a_snapshot_of_this_machine_gives_the_same_host_findings(tmp_path: Path) -> None:

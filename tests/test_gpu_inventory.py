@@ -125,6 +125,16 @@ def test_nvidia_gpu_on_the_bus_without_nvml_library_is_an_error(tmp_path: Path) 
     inv = read_nvml(Host(t.root, live=True))
     assert inv.state is State.ERROR
     assert "0000:81:00.0" in inv.reason and "driver is not installed" in inv.reason
+    # one failure that says it, in driver.cuda; the other GPU checks skip with the same reason
+    from tuner.checks import load_defs, run_checks, select
+    from tuner.findings import Status
+    from tuner.probes import Facts
+
+    defs = select(load_defs(), ["driver.cuda", "pcie.link", "gpu.processes"], [])
+    got = {f.id: f for f in run_checks(Facts(Host(t.root, live=True)), defs)}
+    assert got["driver.cuda"].status is Status.FAIL and "0000:81:00.0" in got["driver.cuda"].summary
+    assert got["driver.cuda"].remediation is not None and got["driver.cuda"].remediation.command == "nvidia-smi"
+    assert got["pcie.link"].status is Status.SKIP and got["gpu.processes"].status is Status.SKIP
 
 
 def test_names_and_bus_ids() -> None:

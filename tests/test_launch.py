@@ -220,6 +220,12 @@ def test_flag_value_takes_the_last_occurrence_in_both_spellings() -> None:
     assert launch.remove_flag(args, "--port") == ["--max-model-len=2048"]
 
 
+def test_offload_is_counted_per_gpu() -> None:
+    assert launch.offload_gib(["--cpu-offload-gb", "10", "--tensor-parallel-size", "2"]) == 20
+    assert launch.offload_gib(["--cpu-offload-gb=4"]) == 4
+    assert launch.offload_gib(["--max-model-len", "8"]) is None
+
+
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [

@@ -254,3 +254,24 @@ def test_cpu_kv_capacity_matches_the_shared_vllm_cpu_logs(shared_fixtures: Path)
     per_token = int(need_gib * GiB) // need_len
     assert per_token == 131072
     assert max_len_that_fits(GiB, per_token, 128, need_len) == est == 8064
+
+
+def test_a_sliding_window_model_keeps_its_window_and_the_plan_says_it_counts_full_attention(
+    tmp_path: Path,
+) -> None:
+    from tuner.plan import Device, HostFacts, PlanRequest, compute_plan
+    from tuner.vllm_cli import VllmHelp
+
+    cfg = {
+        "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+        "sliding_window": 4096, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = spec_from_folder(tmp_path)
+    assert spec.sliding_window == 4096
+    dev = Device("test", 1, 80 * GiB, 80 * GiB, (9, 0), 5, 16, None, "--gpu-mem")
+    facts = HostFacts(dev, "", 64 * GiB, 0, 0, "", VllmHelp(None, None))
+    plan = compute_plan(PlanRequest(str(tmp_path)), spec, facts)
+    assert any("sliding-window" in w for w in plan.warnings)

@@ -431,3 +431,31 @@ def test_build_plan_runs_against_a_snapshot_host(shared_fixtures: Path) -> None:
         PlanRequest("qwen2.5-7b", gpu_mem="24GiB"), Host.at(shared_fixtures / "hosts" / "cpu-vm")
     )
     assert plan.feasible and plan.model_path == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_the_users_kv_cache_memory_bytes_sizes_the_cpu_kv_cache(
+    tiny_llama: Path, cpu_vm: Host, help_032: VllmHelp
+) -> None:
+    plan = plan_for(
+        PlanRequest(str(tiny_llama), extra_args=("--kv-cache-memory-bytes", "512M")), cpu_vm, help_032
+    )
+    assert "VLLM_CPU_KVCACHE_SPACE" not in plan.env  # it would replace the user's bytes on the CPU backend
+    assert plan.kv_cache_tokens == (512 << 20) // 512
+
+
+def test_the_users_kv_cache_memory_bytes_replaces_profiling_on_a_gpu(
+    cpu_vm: Host, help_032: VllmHelp
+) -> None:
+    plan = plan_for(
+        PlanRequest("llama3-8b", gpu_mem="24GiB", extra_args=("--kv-cache-memory-bytes", "2G")),
+        cpu_vm,
+        help_032,
+    )
+    assert plan.kv_cache_bytes == 2 << 30
+    assert plan.kv_cache_tokens == (2 << 30) // (128 * 1024 * 16) * 16
+
+
+def test_a_cpu_plan_that_cannot_fit_offers_the_nearest_gpu_card(cpu_vm: Host, help_032: VllmHelp) -> None:
+    plan = plan_for(PlanRequest("qwen72b-gptq"), cpu_vm, help_032)
+    assert plan.target == "cpu" and not plan.feasible
+    assert plan.nearest_plan is not None and plan.nearest_plan.target == "gpu" and plan.nearest_plan.feasible

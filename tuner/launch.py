@@ -221,11 +221,13 @@ def _port_owner(port: int) -> str:
 
 
 def offload_gib(args: Sequence[str]) -> float | None:
+    """Host RAM that ``--cpu-offload-gb`` takes in all: vLLM's value is per GPU (times the TP size)."""
     v = flag_value(args, "--cpu-offload-gb")
+    tp = flag_value(args, "--tensor-parallel-size") or flag_value(args, "-tp") or "1"
     if v is None:
         return None
     try:
-        return float(v)
+        return float(v) * max(1, int(tp))
     except ValueError:
         return None
 
@@ -723,6 +725,10 @@ class Launch:
         recorder.start()
         try:
             return self._supervise(n, proc, host, port, log_path, recorder)
+        except BaseException as exc:  # gputune broke while vLLM runs: never leave the tree behind
+            if proc.poll() is None:
+                self._stop_tree(n, proc, "interrupted", f"gputune stopped: {type(exc).__name__}: {exc}")
+            raise
         finally:
             recorder.stop()
 
@@ -1088,6 +1094,7 @@ def main(
     """`gputune launch` (see the module docstring). ``planner``, ``doctor`` and ``server_cmd`` are
     injected by tests (a fake server script instead of vLLM); the CLI passes none of them."""
     started = time.monotonic()
+    age = _process_age()
     if not model:
         raise UsageError("--model is required", "e.g. gputune launch --model qwen72b-gptq")
     if not 0 < port < 65536:
@@ -1169,7 +1176,7 @@ def main(
             f"gputune launch {plan.model_name or model}",
             run_dir=str(path),
             argv=sys.argv,
-            process_started_at=_process_start_time(),
+            process_age_at_main_s=round(age, 3) if age is not None else None,
             main_entered_mono=started,
         )
         run.write_json(PLAN, plan.to_dict())
@@ -1209,13 +1216,19 @@ def main(
         run.close()
 
 
-def _process_start_time() -> float | None:
-    """When this gputune process started (Unix s), for the overhead measured in bench/launch.py."""
-    try:
-        import psutil
+def _process_age() -> float | None:
+    """Seconds since this process started: CLOCK_BOOTTIME now minus field 22 (starttime, clock
+    ticks after boot) of /proc/self/stat; 10 ms resolution, unlike psutil's create_time, which
+    adds the boot time rounded to the second."""
+    from tuner.host import Host
 
-        return float(psutil.Process().create_time())
-    except Exception:
+    stat = Host.live_host().read_text("/proc/self/stat").value
+    if not stat or not hasattr(time, "CLOCK_BOOTTIME"):
+        return None
+    try:
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
         return None
 
 

@@ -288,6 +288,37 @@ def _base_flag(flag: str) -> str:
     return "--" + flag[5:] if flag.startswith("--no-") else flag
 
 
+def human_readable_int(value: str) -> int:
+    """vLLM's own reading of sizes such as --kv-cache-memory-bytes (vllm/utils/argparse_utils.py, 0.32):
+    lower-case k/m/g/t are powers of 1000, upper-case K/M/G/T powers of 1024."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value.strip())
+    if not m:
+        return int(value.strip())
+    number, suffix = m.groups()
+    mult = {
+        "k": 10**3,
+        "m": 10**6,
+        "g": 10**9,
+        "t": 10**12,
+        "K": 1 << 10,
+        "M": 1 << 20,
+        "G": 1 << 30,
+        "T": 1 << 40,
+    }
+    return int(float(number) * mult[suffix])
+
+
+def _user_kv_memory(uval: Mapping[str, str | None], warnings: list[str]) -> int | None:
+    raw = uval.get("--kv-cache-memory-bytes") or uval.get("--kv-cache-memory")
+    if raw is None or raw == "__no__":
+        return None
+    try:
+        return human_readable_int(raw)
+    except ValueError:
+        warnings.append(f"--kv-cache-memory-bytes {raw!r} is not a size; vLLM will refuse it")
+        return None
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "localhost.localdomain", "ip6-localhost"):
         return True
@@ -456,6 +487,7 @@ class _Knobs:
     eager: bool
     offload_gib: float
     max_len: int | None  # the user's; None = the plan chooses
+    kv_memory: int | None = None  # the user's --kv-cache-memory-bytes
 
 
 def _kv_dtype_bytes(kv_dtype: str, spec: ModelSpec) -> int:
@@ -480,7 +512,13 @@ class _GpuMath:
 
 
 def _gpu_math(
-    spec: ModelSpec, w: WeightEstimate, dev: Device, tp: int, k: _Knobs, block: int, graphs_counted: bool = True
+    spec: ModelSpec,
+    w: WeightEstimate,
+    dev: Device,
+    tp: int,
+    k: _Knobs,
+    block: int,
+    graphs_counted: bool = True,
 ) -> _GpuMath:
     budget = math.ceil(dev.total * k.util)
     weights_pg = max(0, w.per_gpu(tp) - int(k.offload_gib * GiB))
@@ -488,6 +526,8 @@ def _gpu_math(
     act = activation_peak_bytes(spec, k.batched, k.seqs, tp)
     graphs = cuda_graph_bytes(spec, k.eager) if graphs_counted else 0
     kv = budget - weights_pg - nt - act - graphs
+    if k.kv_memory is not None:  # --kv-cache-memory-bytes: vLLM skips profiling and uses it as given
+        kv = k.kv_memory
     kvpt = kv_bytes_per_token(spec, _kv_dtype_bytes(k.kv_dtype, spec), tp)
     tokens = kv_capacity_tokens(kv, kvpt, block, k.max_len)
     fits = max_len_that_fits(kv, kvpt, block, 1 << 30) if kv > 0 else 0
@@ -523,6 +563,12 @@ def compute_plan(req: PlanRequest, spec: ModelSpec, facts: HostFacts) -> Plan:
         )
     bind_host = uval.get("--host") or req.host
     api_key_set = req.api_key_set or bool(api_key_extra) or bool(req.env.get("VLLM_API_KEY"))
+    if spec.sliding_window:
+        warnings.append(
+            f"{spec.name} uses sliding-window attention ({spec.sliding_window} tokens): vLLM's hybrid KV"
+            " cache manager keeps only the window for those layers, so it may report more tokens than"
+            " this plan, which counts full attention (the conservative side)"
+        )
     if facts.devices is not None:
         plan = _plan_gpu(req, spec, facts, user, uval, warnings)
     else:
@@ -642,6 +688,7 @@ def _plan_gpu(
         eager=user_eager is not None and user_eager != "__no__",
         offload_gib=user_offload or 0.0,
         max_len=user_len,
+        kv_memory=_user_kv_memory(uval, warnings),
     )
     squeeze: list[str] = []
     graphs_counted, graphs_why = cuda_graphs_counted(facts.vllm.version, req.env)
@@ -678,7 +725,8 @@ def _plan_gpu(
             f"--cpu-offload-gb {k.offload_gib:g} (weights do not fit beside a {want_len}-token KV cache)"
         )
         m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted)
-    len_cap = OFFLOAD_CONTEXT if k.offload_gib else MAX_PLANNED_LEN  # the 24 GB tier serves <= 4K with offload
+    # the 24 GB tier serves <= 4K with offload
+    len_cap = OFFLOAD_CONTEXT if k.offload_gib else MAX_PLANNED_LEN
     max_len = user_len if user_len is not None else min(spec.max_position_embeddings, len_cap, m.fits)
     if user_len is None and max_len >= 4096:
         max_len -= max_len % 256
@@ -918,7 +966,15 @@ def _plan_cpu(
     env: dict[str, str] = {}
     feasible, reason = True, ""
     space_reason = ""
-    if space_env not in (None, ""):
+    user_bytes = _user_kv_memory(uval, warnings)
+    space_bytes: int | None = None
+    if user_bytes is not None and space_env in (None, ""):
+        # vllm/platforms/cpu.py: VLLM_CPU_KVCACHE_SPACE, when set, replaces --kv-cache-memory-bytes;
+        # unset, the user's bytes are the KV cache.
+        space_bytes = user_bytes
+        space_gib = max(1, user_bytes // GiB)
+        space_reason = f"set by you (--kv-cache-memory-bytes {user_bytes})"
+    elif space_env not in (None, ""):
         try:
             space_gib = int(str(space_env))
         except ValueError:
@@ -941,7 +997,7 @@ def _plan_cpu(
             f" {_gib(need)}, {_gib(max(0, room))} is left beside the weights"
         )
         env["VLLM_CPU_KVCACHE_SPACE"] = str(space_gib)
-    if room < GiB and space_env in (None, ""):
+    if room < GiB and space_env in (None, "") and user_bytes is None:
         where = f"NUMA node {facts.numa_node}" if facts.numa_node is not None else "this host"
         feasible = False
         reason = (
@@ -949,7 +1005,9 @@ def _plan_cpu(
             f" cache on {where};"
             " vLLM's CPU backend needs at least 1 GiB"
         )
-    space = space_gib * GiB
+    if user_bytes is not None and space_env not in (None, ""):
+        warnings.append("VLLM_CPU_KVCACHE_SPACE replaces --kv-cache-memory-bytes on vLLM's CPU backend")
+    space = space_bytes if space_bytes is not None else space_gib * GiB
     fits = max_len_that_fits(space, kvpt, block, 1 << 30)
     max_len = user_len if user_len is not None else min(spec.max_position_embeddings, MAX_PLANNED_LEN, fits)
     tokens = kv_capacity_tokens(space, kvpt, block, max_len)
@@ -1018,7 +1076,10 @@ def _plan_cpu(
         squeeze=(),
         env=env,
     )
-    return replace(plan, reasons={**plan.reasons, "VLLM_CPU_KVCACHE_SPACE": space_reason})
+    plan = replace(plan, reasons={**plan.reasons, "VLLM_CPU_KVCACHE_SPACE": space_reason})
+    if not plan.feasible:
+        plan = replace(plan, nearest_plan=_nearest(req, spec, facts))
+    return plan
 
 
 def _assemble(
@@ -1066,6 +1127,8 @@ def _assemble(
         ("--port", str(req.port), "the OpenAI-compatible API port"),
     ]
     reasons: dict[str, str] = {}
+    if req.api_key_set or req.env.get("VLLM_API_KEY"):
+        reasons["VLLM_API_KEY"] = "the API key reaches vLLM through its environment, never the command line"
     out: list[str] = []
     for flag, value, why in args:
         if flag in uval:
@@ -1226,13 +1289,15 @@ def render_rich(plan: Plan) -> None:
     nums.add_row("max_model_len", f"{plan.max_model_len:,}", f"fits up to {plan.max_len_fits:,}")
     nums.add_row("concurrency", f"{plan.concurrency:.2f}", "requests of max_model_len at once")
     for t in plan.memory:
-        nums.add_row(f"  {t.name}", f"{t.bytes / GiB:.2f} GiB", t.source)
+        short = t.source if len(t.source) <= 60 else t.source[:59] + "…"
+        nums.add_row(f"  {t.name}", f"{t.bytes / GiB:.2f} GiB", short)
     if plan.offload_bytes:
         nums.add_row(
             "offload ceiling", f"{plan.offload_tokens_per_s_ceiling or 0:.2f} tok/s", plan.pcie_source
         )
     nums.add_row("numa node", str(plan.numa_node) if plan.numa_node is not None else "-", plan.numa_reason)
     console.print(nums)
+    console.print("(full sources of each term: gputune plan --format json, \"memory\")", style="dim")
     args = Table(title="vLLM arguments", show_header=True, header_style="bold")
     args.add_column("argument")
     args.add_column("why")

@@ -99,13 +99,12 @@ CAPTURE_GLOBS: tuple[str, ...] = (
     "/proc/driver/nvidia/version",
 )
 
-_PROBES_WITH_CAPTURE = ("gpu", "pcie", "numa", "cpu", "swap", "software", "memory", "kernel", "net")
-
-
 def capture_globs() -> list[str]:
     """:data:`CAPTURE_GLOBS` plus every probe module's ``CAPTURE``, without duplicates."""
+    from tuner.probes import Facts
+
     out = list(CAPTURE_GLOBS)
-    for name in _PROBES_WITH_CAPTURE:
+    for name in Facts.PROBES:
         try:
             mod = importlib.import_module(f"tuner.probes.{name}")
         except ImportError:

@@ -74,7 +74,11 @@ class RemedyOption:
     env_changes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "flag_changes": dict(self.flag_changes), "env_changes": dict(self.env_changes)}
+        return {
+            "summary": self.summary,
+            "flag_changes": dict(self.flag_changes),
+            "env_changes": dict(self.env_changes),
+        }
 
 
 @dataclass(frozen=True)
@@ -206,8 +210,17 @@ class _Context:
         return bool(s.vllm_version or s.stage_first_line or s.args or self.argv)
 
 
-_UNITS = {"B": 1 / 2**20, "KiB": 1 / 1024, "KB": 1 / 1024, "MiB": 1.0, "MB": 1.0, "GiB": 1024.0, "GB": 1024.0,
-          "TiB": 2**20, "TB": 2**20}
+_UNITS = {
+    "B": 1 / 2**20,
+    "KiB": 1 / 1024,
+    "KB": 1 / 1024,
+    "MiB": 1.0,
+    "MB": 1.0,
+    "GiB": 1024.0,
+    "GB": 1024.0,
+    "TiB": 2**20,
+    "TB": 2**20,
+}
 
 
 def _mib(text: str) -> float | None:
@@ -309,8 +322,14 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         c.confidence = max(c.confidence, 0.5) if c.hits else 0.5
         if c.hits:
             c.confidence = min(0.99, c.confidence + 0.03)
-        c.extra.append(Evidence("exit", f"exit status {ctx.exit_code}: killed by SIGKILL", None,
-                                "SIGKILL is what the kernel OOM killer sends"))
+        c.extra.append(
+            Evidence(
+                "exit",
+                f"exit status {ctx.exit_code}: killed by SIGKILL",
+                None,
+                "SIGKILL is what the kernel OOM killer sends",
+            )
+        )
         c.stage = ctx.scan.stage if c.stage == "unknown" else c.stage
     return cands
 
@@ -345,7 +364,9 @@ def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
     """Apply the rules that need several facts at once; return candidates best first."""
     tel = ctx.telemetry
     total = ctx.gpu_total_mib or (tel.total_mib if tel else None)
-    strong_other = [c for c in cands.values() if c.confidence >= 0.8 and c.cause != "nccl_multi_gpu_comm_failure"]
+    strong_other = [
+        c for c in cands.values() if c.confidence >= 0.8 and c.cause != "nccl_multi_gpu_comm_failure"
+    ]
     if "nccl_multi_gpu_comm_failure" in cands and strong_other:
         # NCCL errors follow a rank's death from another cause (watchdog, aborted communicator).
         cands["nccl_multi_gpu_comm_failure"].confidence *= 0.7
@@ -353,14 +374,23 @@ def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
     # Another process held GPU memory: KV-cache failures and early OOMs are start-up free-memory problems.
     others = ctx.other_gpu_mib
     if others is not None and total and others >= 0.2 * total:
-        ev = Evidence("telemetry", f"other processes held {others:.0f} MiB of {total:.0f} MiB on the GPU",
-                      None, "gpu-processes.csv")
-        for cause in ("no_kv_cache_memory", "kv_cache_too_small_for_max_model_len", "oom_weights_do_not_fit",
-                      "oom_sampler_warmup_or_profile_run"):
+        ev = Evidence(
+            "telemetry",
+            f"other processes held {others:.0f} MiB of {total:.0f} MiB on the GPU",
+            None,
+            "gpu-processes.csv",
+        )
+        for cause in (
+            "no_kv_cache_memory",
+            "kv_cache_too_small_for_max_model_len",
+            "oom_weights_do_not_fit",
+            "oom_sampler_warmup_or_profile_run",
+        ):
             if cause in cands and cands[cause].confidence >= 0.5:
                 src = cands[cause]
-                c = cands.setdefault("startup_free_memory_below_target",
-                                     _Candidate("startup_free_memory_below_target", 0.0))
+                c = cands.setdefault(
+                    "startup_free_memory_below_target", _Candidate("startup_free_memory_below_target", 0.0)
+                )
                 c.confidence = max(c.confidence, min(0.9, src.confidence))
                 c.hits.extend(src.hits)
                 c.extra.append(ev)
@@ -453,8 +483,10 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         if est is None and mml and needed and avail:
             est = mml * avail / needed
         if mml and needed is not None and avail is not None:
-            summary = (f"One sequence of max_model_len={int(mml)} tokens needs {needed:g} GiB of KV cache, but only "
-                       f"{avail:g} GiB is available.")
+            summary = (
+                f"One sequence of max_model_len={int(mml)} tokens needs {needed:g} GiB of KV cache, but only "
+                f"{avail:g} GiB is available."
+            )
         elif mml and est:
             summary = f"max_model_len={int(mml)} is larger than the {int(est)} tokens the KV cache can hold."
         if est and est >= 16:
@@ -464,21 +496,35 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         if cpu:
             space = math.ceil((needed or 0) * 1.1) + 1 if needed else None
             if space:
-                alts.append(RemedyOption(f"give the CPU KV cache {space} GiB (VLLM_CPU_KVCACHE_SPACE={space})",
-                                         env_changes={"VLLM_CPU_KVCACHE_SPACE": str(space)}))
+                alts.append(
+                    RemedyOption(
+                        f"give the CPU KV cache {space} GiB (VLLM_CPU_KVCACHE_SPACE={space})",
+                        env_changes={"VLLM_CPU_KVCACHE_SPACE": str(space)},
+                    )
+                )
         else:
             if util is None or util < 0.95:
                 new_u = min(0.95, round((util or 0.9) + 0.05, 2))
-                alts.append(RemedyOption(f"raise --gpu-memory-utilization to {new_u:.2f} if the GPU has it free",
-                                         {"--gpu-memory-utilization": f"{new_u:.2f}"}))
+                alts.append(
+                    RemedyOption(
+                        f"raise --gpu-memory-utilization to {new_u:.2f} if the GPU has it free",
+                        {"--gpu-memory-utilization": f"{new_u:.2f}"},
+                    )
+                )
             if str(ctx.arg("kv_cache_dtype") or "auto") == "auto":
-                alts.append(RemedyOption("store the KV cache in FP8 (halves KV memory; small accuracy cost)",
-                                         {"--kv-cache-dtype": "fp8"}))
+                alts.append(
+                    RemedyOption(
+                        "store the KV cache in FP8 (halves KV memory; small accuracy cost)",
+                        {"--kv-cache-dtype": "fp8"},
+                    )
+                )
     elif top.cause == "no_kv_cache_memory":
         if cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = "4"
-            summary = ("The CPU backend was given no memory for the KV cache (VLLM_CPU_KVCACHE_SPACE=0 or "
-                       "--kv-cache-memory-bytes 0): give it some GiB.")
+            summary = (
+                "The CPU backend was given no memory for the KV cache (VLLM_CPU_KVCACHE_SPACE=0 or "
+                "--kv-cache-memory-bytes 0): give it some GiB."
+            )
         else:
             if util is None or util < 0.95:
                 new_u = min(0.95, round((util or 0.9) + 0.05, 2))
@@ -486,18 +532,26 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 summary += f" Raise --gpu-memory-utilization to {new_u:.2f} if nothing else uses the GPU."
             tokens = ctx.num("max_num_batched_tokens")
             new_t = int(tokens // 2) if tokens else 4096
-            alts.append(RemedyOption("shrink the profiling run's activation peak",
-                                     {"--max-num-batched-tokens": str(new_t)}))
+            alts.append(
+                RemedyOption(
+                    "shrink the profiling run's activation peak", {"--max-num-batched-tokens": str(new_t)}
+                )
+            )
             if not ctx.arg("enforce_eager"):
-                alts.append(RemedyOption("skip CUDA graphs (their memory is budgeted in recent vLLM)",
-                                         {"--enforce-eager": ""}))
+                alts.append(
+                    RemedyOption(
+                        "skip CUDA graphs (their memory is budgeted in recent vLLM)", {"--enforce-eager": ""}
+                    )
+                )
     elif top.cause == "startup_free_memory_below_target":
         free, total = _f(g, "free_gib"), _f(g, "total_gib")
         if "node" in g and free is not None:
             req = _f(g, "requested_gib")
             space = math.floor(free * 0.8)
-            summary = (f"The KV cache asked for {req:g} GiB of host RAM but only {free:g} of {total:g} GiB was "
-                       f"available on NUMA node {g['node']}.")
+            summary = (
+                f"The KV cache asked for {req or 0:g} GiB of host RAM but only {free:g} of "
+                f"{total or 0:g} GiB was available on NUMA node {g['node']}."
+            )
             if space >= 1:
                 if ctx.arg("kv_cache_memory_bytes") is not None:
                     flags["--kv-cache-memory-bytes"] = str(space * 2**30)
@@ -506,30 +560,40 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 summary += f" Ask for {space} GiB or less, or free host memory."
         elif free is not None and total:
             requested = _f(g, "requested_gib")
-            summary = (f"Only {free:g} of {total:g} GiB was free on the GPU at start-up, less than the "
-                       f"{requested or 0:g} GiB that gpu_memory_utilization={g.get('util', '?')} asks for: another "
-                       "process holds GPU memory.")
-            new_u = _util_fitting(free, total)
-            if new_u is not None:
-                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
-                summary += f" --gpu-memory-utilization {new_u:.2f} fits what is free."
+            summary = (
+                f"Only {free:g} of {total:g} GiB was free on the GPU at start-up, less than the "
+                f"{requested or 0:g} GiB that gpu_memory_utilization={g.get('util', '?')} asks for: another "
+                "process holds GPU memory."
+            )
+            fit_u = _util_fitting(free, total)
+            if fit_u is not None:
+                flags["--gpu-memory-utilization"] = f"{fit_u:.2f}"
+                summary += f" --gpu-memory-utilization {fit_u:.2f} fits what is free."
         elif "others_mib" in g and "total_mib" in g:
             others, total_mib = float(g["others_mib"]), float(g["total_mib"])
-            summary = (f"Other processes held {others / 1024:.1f} GiB of the GPU's {total_mib / 1024:.1f} GiB when "
-                       "this one ran out of memory.")
-            new_u = _util_fitting((total_mib - others) / 1024, total_mib / 1024)
-            if new_u is not None and ctx.is_vllm:
-                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
-                summary += f" --gpu-memory-utilization {new_u:.2f} fits the rest."
+            summary = (
+                f"Other processes held {others / 1024:.1f} GiB of the GPU's {total_mib / 1024:.1f} GiB when "
+                "this one ran out of memory."
+            )
+            fit_u = _util_fitting((total_mib - others) / 1024, total_mib / 1024)
+            if fit_u is not None and ctx.is_vllm:
+                flags["--gpu-memory-utilization"] = f"{fit_u:.2f}"
+                summary += f" --gpu-memory-utilization {fit_u:.2f} fits the rest."
     elif top.cause == "oom_cudagraph_capture":
         flags["--enforce-eager"] = ""
         summary += " Run without CUDA graphs (--enforce-eager), at some cost in decode speed."
         if util:
-            alts.append(RemedyOption("leave room for the graphs",
-                                     {"--gpu-memory-utilization": f"{max(0.1, util - 0.03):.2f}"}))
+            alts.append(
+                RemedyOption(
+                    "leave room for the graphs", {"--gpu-memory-utilization": f"{max(0.1, util - 0.03):.2f}"}
+                )
+            )
         seqs = ctx.num("max_num_seqs")
-        alts.append(RemedyOption("capture graphs for fewer sequences",
-                                 {"--max-num-seqs": str(int(seqs // 2) if seqs else 128)}))
+        alts.append(
+            RemedyOption(
+                "capture graphs for fewer sequences", {"--max-num-seqs": str(int(seqs // 2) if seqs else 128)}
+            )
+        )
     elif top.cause == "oom_sampler_warmup_or_profile_run":
         n = _f(g, "num_reqs") or ctx.num("max_num_seqs")
         new_seqs = max(1, int(n // 2)) if n else 128
@@ -539,19 +603,31 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             flags["--max-num-batched-tokens"] = str(int(tokens // 2) if tokens else 4096)
         summary += " Run the dummy batch smaller: " + " ".join(f"{k} {v}" for k, v in flags.items()) + "."
         if util:
-            alts.append(RemedyOption("lower the budget if another process shares the GPU",
-                                     {"--gpu-memory-utilization": f"{max(0.1, util - 0.05):.2f}"}))
+            alts.append(
+                RemedyOption(
+                    "lower the budget if another process shares the GPU",
+                    {"--gpu-memory-utilization": f"{max(0.1, util - 0.05):.2f}"},
+                )
+            )
     elif top.cause == "oom_runtime_under_load":
         if ctx.is_vllm:
             seqs = ctx.num("max_num_seqs")
             flags["--max-num-seqs"] = str(max(1, int(seqs // 2)) if seqs else 128)
             summary += " Run fewer sequences at once: --max-num-seqs " + str(flags["--max-num-seqs"]) + "."
             if util:
-                alts.append(RemedyOption("leave headroom outside the KV cache",
-                                         {"--gpu-memory-utilization": f"{max(0.1, util - 0.05):.2f}"}))
+                alts.append(
+                    RemedyOption(
+                        "leave headroom outside the KV cache",
+                        {"--gpu-memory-utilization": f"{max(0.1, util - 0.05):.2f}"},
+                    )
+                )
             tokens = ctx.num("max_num_batched_tokens")
-            alts.append(RemedyOption("smaller prefill chunks",
-                                     {"--max-num-batched-tokens": str(int(tokens // 2) if tokens else 4096)}))
+            alts.append(
+                RemedyOption(
+                    "smaller prefill chunks",
+                    {"--max-num-batched-tokens": str(int(tokens // 2) if tokens else 4096)},
+                )
+            )
     elif top.cause == "oom_weights_do_not_fit":
         facts = _torch_oom_facts(top.hits[0].text) if top.hits else {}
         if "total" in facts:
@@ -566,10 +642,10 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             flags["--swap-space"] = str(int(swap // 2))
             summary += f" --swap-space {swap:g} GiB per GPU is host RAM: lower it."
         elif cpu or "VLLM_CPU_KVCACHE_SPACE" in ctx.env:
-            space = ctx.env.get("VLLM_CPU_KVCACHE_SPACE", "")
-            if space.isdigit() and int(space) > 1:
-                env["VLLM_CPU_KVCACHE_SPACE"] = str(int(space) // 2)
-                summary += f" The CPU KV cache takes VLLM_CPU_KVCACHE_SPACE={space} GiB of RAM: halve it."
+            env_space = ctx.env.get("VLLM_CPU_KVCACHE_SPACE", "")
+            if env_space.isdigit() and int(env_space) > 1:
+                env["VLLM_CPU_KVCACHE_SPACE"] = str(int(env_space) // 2)
+                summary += f" The CPU KV cache takes VLLM_CPU_KVCACHE_SPACE={env_space} GiB of RAM: halve it."
     elif top.cause == "host_pinned_memory_swap_space":
         swap_total, cpu_total = _f(g, "swap_gib"), _f(g, "cpu_total_gib")
         cur = ctx.num("swap_space") or 4.0
@@ -577,8 +653,11 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             gpus = max(1.0, round(swap_total / cur))
             new = int(0.35 * cpu_total / gpus)
             flags["--swap-space"] = str(new)
-            summary = (f"--swap-space reserves {swap_total:g} GiB of the host's {cpu_total:g} GiB RAM (more than 70%): "
-                       f"use --swap-space {new}.")
+            summary = (
+                f"--swap-space reserves {swap_total:g} GiB of the host's {cpu_total:g} GiB RAM "
+                "(more than 70%): "
+                f"use --swap-space {new}."
+            )
         elif ctx.num("swap_space"):
             flags["--swap-space"] = "0"
     elif top.cause == "quant_or_dtype_unsupported_on_gpu":
@@ -586,12 +665,16 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         if "vllm.bf16_unsupported" in sig_ids:
             flags["--dtype"] = "half"
             cap = g.get("capability")
-            summary = (f"This GPU{' (compute capability ' + cap + ')' if cap else ''} has no bfloat16: "
-                       "use --dtype half.")
+            summary = (
+                f"This GPU{' (compute capability ' + cap + ')' if cap else ''} has no bfloat16: "
+                "use --dtype half."
+            )
         elif "vllm.quant_min_capability" in sig_ids:
             method = g.get("method") or str(ctx.arg("quantization") or "")
-            summary = (f"Quantization {method or '(this method)'} needs compute capability "
-                       f"{g.get('min_cap', '?')}, the GPU has {g.get('cur_cap', '?')}.")
+            summary = (
+                f"Quantization {method or '(this method)'} needs compute capability "
+                f"{g.get('min_cap', '?')}, the GPU has {g.get('cur_cap', '?')}."
+            )
             if method == "fp8" and ctx.arg("quantization") == "fp8":
                 flags["--quantization"] = None
                 summary += " Drop --quantization fp8 (or use a GPTQ/AWQ checkpoint)."
@@ -599,22 +682,30 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         if "derived" in g:
             derived = int(float(g["derived"]))
             flags["--max-model-len"] = str(derived)
-            summary = (f"--max-model-len {g.get('max_model_len')} is above the model's own limit "
-                       f"({g.get('derived_key')}={derived}); use --max-model-len {derived} (or a model/rope "
-                       "scaling that supports the longer context).")
+            summary = (
+                f"--max-model-len {g.get('max_model_len')} is above the model's own limit "
+                f"({g.get('derived_key')}={derived}); use --max-model-len {derived} (or a model/rope "
+                "scaling that supports the longer context)."
+            )
         elif "batched" in g:
             flags["--max-num-batched-tokens"] = g["max_model_len"]
-            summary = (f"max_num_batched_tokens ({g['batched']}) is below max_model_len ({g['max_model_len']}); raise "
-                       "it or enable chunked prefill.")
+            summary = (
+                f"max_num_batched_tokens ({g['batched']}) is below max_model_len "
+                f"({g['max_model_len']}); raise "
+                "it or enable chunked prefill."
+            )
         elif "net.address_in_use" in top.sig_ids:
             port = ctx.arg("port")
-            summary = (f"The port{' ' + str(port) if port else ''} is already in use by another process: stop it or "
-                       "choose another --port. Not a memory problem.")
+            summary = (
+                f"The port{' ' + str(port) if port else ''} is already in use by another process: stop it or "
+                "choose another --port. Not a memory problem."
+            )
         else:
             text = top.hits[0].text.strip() if top.hits else ""
             summary = f"vLLM rejected its configuration: {text[:300]}"
-    return Remediation(summary=summary.strip(), flag_changes=flags, env_changes=env,
-                       alternatives=tuple(alts + base_alts))
+    return Remediation(
+        summary=summary.strip(), flag_changes=flags, env_changes=env, alternatives=tuple(alts + base_alts)
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -675,12 +766,25 @@ def diagnose(
             tel = None
 
     others, total = _other_gpu_memory(files.gpu_processes, res, cmd)
-    ctx = _Context(res, pb, argv, env, code, tel, others, total or (tel.total_mib if tel else None), kernel)
+    total = total or (tel.total_mib if tel else None) or _total_from_log(res)
+    ctx = _Context(res, pb, argv, env, code, tel, others, total, kernel)
     ranked = _weigh(ctx, _gather(ctx))
     return _build(ctx, ranked, files.log, files.attempt)
 
 
-def _other_gpu_memory(path: Path | None, res: ScanResult, cmd: dict[str, Any]) -> tuple[float | None, float | None]:
+def _total_from_log(res: ScanResult) -> float | None:
+    """The GPU's capacity in MiB as PyTorch's OOM message states it ('total capacity of 139.80 GiB')."""
+    for hit in res.hits:
+        if hit.signature.cause == "oom":
+            total = _torch_oom_facts(hit.text).get("total")
+            if total:
+                return total
+    return None
+
+
+def _other_gpu_memory(
+    path: Path | None, res: ScanResult, cmd: dict[str, Any]
+) -> tuple[float | None, float | None]:
     """MiB that processes other than this run's held on the GPU (the most seen at any time)."""
     if path is None:
         return None, None
@@ -717,8 +821,11 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
     res = ctx.scan
     if not ranked or ranked[0].confidence < MIN_CONFIDENCE:
         info = pb.causes.get(UNKNOWN, {})
-        ev = [Evidence("log", text, no, "last error line") for no, text in res.tail
-              if any(w in text for w in ("Error", "ERROR", "error:", "Traceback", "Killed", "exit"))][-5:]
+        ev = [
+            Evidence("log", text, no, "last error line")
+            for no, text in res.tail
+            if any(w in text for w in ("Error", "ERROR", "error:", "Traceback", "Killed", "exit"))
+        ][-5:]
         if ctx.exit_code is not None:
             ev.append(Evidence("exit", f"exit status {ctx.exit_code}"))
         return Diagnosis(
@@ -726,8 +833,10 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
             confidence=0.0,
             evidence=tuple(ev),
             stage=res.stage,
-            remediation=Remediation(str(info.get("summary", "")),
-                                    alternatives=tuple(RemedyOption(str(a)) for a in info.get("alternatives", []))),
+            remediation=Remediation(
+                str(info.get("summary", "")),
+                alternatives=tuple(RemedyOption(str(a)) for a in info.get("alternatives", [])),
+            ),
             alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[:3]),
             fixable_by_args=False,
             title=str(info.get("title", "")),
@@ -745,7 +854,9 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
             continue
         seen.add(key)
         kind = "kernel" if in_kernel else "log"
-        count = (ctx.kernel.hit_counts if kind == "kernel" and ctx.kernel else res.hit_counts).get(hit.signature.id, 1)
+        count = (ctx.kernel.hit_counts if kind == "kernel" and ctx.kernel else res.hit_counts).get(
+            hit.signature.id, 1
+        )
         detail = f"{hit.signature.id}: {hit.signature.source}"
         if count > 1:
             detail += f" (seen {count} times)"
@@ -753,8 +864,14 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
     evidence.extend(top.extra)
     stage = top.stage if top.stage != "unknown" else res.stage
     if stage in res.stage_first_line:
-        evidence.append(Evidence("log", f"start-up reached stage '{stage}'", res.stage_first_line[stage],
-                                 "first landmark of that stage (playbooks/triage/stages.toml)"))
+        evidence.append(
+            Evidence(
+                "log",
+                f"start-up reached stage '{stage}'",
+                res.stage_first_line[stage],
+                "first landmark of that stage (playbooks/triage/stages.toml)",
+            )
+        )
     if ctx.exit_code is not None and not any(e.kind == "exit" for e in evidence):
         evidence.append(Evidence("exit", f"exit status {ctx.exit_code}"))
     remedy = _remedy(ctx, top)

@@ -209,7 +209,7 @@ def _read_dmon(first: str, fh: Any, summ: _Summariser) -> TelemetrySummary:
     for line in fh:
         if line.startswith("#"):
             names = line.lstrip("#").split()
-            if "gpu" in names or "Idx" not in names and "fb" in names:
+            if "gpu" in names or ("Idx" not in names and "fb" in names):
                 cols = names
             continue
         parts = line.split()

@@ -27,9 +27,11 @@ def render_table(diag: Diagnosis) -> None:
     con = Console(highlight=False, soft_wrap=True)
     colour = "green" if diag.cause != "unknown" else "yellow"
     con.print(f"[bold {colour}]{escape(diag.cause)}[/] — {escape(diag.title)}")
-    con.print(f"confidence {diag.confidence:.2f} · stage {diag.stage}"
-              + (f" · vLLM {diag.vllm_version}" if diag.vllm_version else "")
-              + ("" if diag.fixable_by_args else " · not fixable by vLLM arguments"))
+    con.print(
+        f"confidence {diag.confidence:.2f} · stage {diag.stage}"
+        + (f" · vLLM {diag.vllm_version}" if diag.vllm_version else "")
+        + ("" if diag.fixable_by_args else " · not fixable by vLLM arguments")
+    )
     if diag.evidence:
         con.print("\n[bold]Evidence[/]")
         for ev in diag.evidence:

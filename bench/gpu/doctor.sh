@@ -21,10 +21,10 @@ S=$W/summary.txt
 step() {  # step NAME CMD...: stdout -> NAME.out, stderr -> NAME.err, exit code and seconds -> summary
   local name=$1; shift
   local t0 t1
-  t0=$EPOCHREALTIME
+  t0=${EPOCHREALTIME:-$(date +%s.%N)}
   timeout 150 "$@" > "$W/$name.out" 2> "$W/$name.err"
   local rc=$?
-  t1=$EPOCHREALTIME
+  t1=${EPOCHREALTIME:-$(date +%s.%N)}
   printf '%-22s rc=%-3s %6s s  %s\n' "$name" "$rc" "$(awk "BEGIN{printf \"%.2f\", $t1 - $t0}")" "$*" >> "$S"
 }
 

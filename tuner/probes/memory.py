@@ -96,7 +96,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
-def _unescape(field: str) -> str:
+def unescape_mount_field(field: str) -> str:
     """Undo the octal escapes (``\\040`` = space) the kernel puts in mount tables."""
     if "\\" not in field:
         return field
@@ -132,7 +132,14 @@ def parse_mountinfo(text: str) -> list[Mount]:
             fields[sep + 3].split(",") if len(fields) > sep + 3 else ()
         )
         mounts.append(
-            Mount(_unescape(fields[sep + 2]), _unescape(fields[4]), fields[sep + 1], opts, major, minor)
+            Mount(
+                unescape_mount_field(fields[sep + 2]),
+                unescape_mount_field(fields[4]),
+                fields[sep + 1],
+                opts,
+                major,
+                minor,
+            )
         )
     return mounts
 
@@ -145,7 +152,12 @@ def parse_mounts(text: str) -> list[Mount]:
         if len(fields) < 4:
             continue
         mounts.append(
-            Mount(_unescape(fields[0]), _unescape(fields[1]), fields[2], tuple(fields[3].split(",")))
+            Mount(
+                unescape_mount_field(fields[0]),
+                unescape_mount_field(fields[1]),
+                fields[2],
+                tuple(fields[3].split(",")),
+            )
         )
     return mounts
 

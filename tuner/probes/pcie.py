@@ -19,8 +19,10 @@ import dataclasses
 import importlib.util
 import os
 import re
+import select
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -189,41 +191,51 @@ def load_tool() -> str | None:
 
 
 def run_load(
-    gpus: Sequence[GpuInfo], read: Callable[[], None], seconds: float = 1.0
+    gpus: Sequence[GpuInfo], read: Callable[[], None], seconds: float = 1.0, start_timeout: float = 90.0
 ) -> tuple[bool, str | None, str]:
     """Put ~``seconds`` of matmuls and host->device copies on ``gpus`` in a child process; call ``read``
-    once the load is running. The child only sees these GPUs (CUDA_VISIBLE_DEVICES by UUID)."""
+    once the load is running. The child only sees these GPUs (CUDA_VISIBLE_DEVICES by UUID); a child
+    that does not start its load within ``start_timeout`` s (``import torch`` takes seconds) is killed."""
     tool = load_tool()
     if tool is None:
         return False, None, "neither torch nor cupy is importable: no load was put on the GPU"
     env = dict(os.environ)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid or str(g.index) for g in gpus)
-    try:
-        child = subprocess.Popen(
-            [sys.executable, "-c", _LOAD_SCRIPT, str(seconds), tool],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return False, tool, f"could not start the load: {exc.strerror or exc}"
-    try:
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: a chatty child can never block on it
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-c", _LOAD_SCRIPT, str(seconds), tool],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return False, tool, f"could not start the load: {exc.strerror or exc}"
         assert child.stdout is not None
-        first = child.stdout.readline()  # blocks through `import torch` (seconds), then "LOAD"
-        if first.strip() != "LOAD":
-            _, err = child.communicate(timeout=30)
-            last = (err.strip().splitlines() or ["no output"])[-1]
-            return False, tool, f"the {tool} load did not start: {last}"
-        time.sleep(min(0.3, seconds / 3))  # let the link retrain to its loaded speed
-        read()
-        child.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-        return True, tool, f"{tool} load ran but did not finish in time; it was stopped"
+        try:
+            ready, _, _ = select.select([child.stdout], [], [], start_timeout)
+            first = child.stdout.readline() if ready else ""
+            if first.strip() != "LOAD":
+                if not ready:
+                    child.kill()
+                child.wait(timeout=30)
+                err.seek(0)
+                last = (err.read().strip().splitlines() or [f"no output in {start_timeout:g} s"])[-1]
+                return False, tool, f"the {tool} load did not start: {last}"
+            time.sleep(min(0.3, seconds / 3))  # let the link retrain to its loaded speed
+            read()
+            child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            return True, tool, f"{tool} load ran but did not finish in time; it was stopped"
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     return True, tool, f"~{seconds:g} s of {tool} matmuls and host->device copies"
 
 

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tuner.host import Host
+from tuner.probes.memory import Mount, mount_for, read_meminfo, read_mounts, unescape_mount_field
+
+UdevProps = Callable[[str], dict[str, str] | None]
+"""name -> udev properties of the block device (live host with libudev only)."""
 
 if TYPE_CHECKING:
     from tuner.probes import Facts
@@ -92,12 +97,6 @@ class SwapFacts:
 
 
 # -- pure parsers -------------------------------------------------------------------------------
-def _unescape(field: str) -> str:
-    from tuner.probes.memory import _unescape as unescape
-
-    return unescape(field)
-
-
 def parse_swaps(text: str) -> list[SwapEntry]:
     """``/proc/swaps``: a header, then "FILENAME TYPE SIZE USED PRIORITY" (KiB). Bad lines are left out."""
     entries: list[SwapEntry] = []
@@ -110,7 +109,7 @@ def parse_swaps(text: str) -> list[SwapEntry]:
             size, used, prio = int(fields[-3]), int(fields[-2]), int(fields[-1])
         except ValueError:
             continue
-        name = _unescape(" ".join(fields[:-4]))
+        name = unescape_mount_field(" ".join(fields[:-4]))
         if size < 0 or used < 0 or not name:
             continue
         entries.append(SwapEntry(name, fields[-4], size * 1024, used * 1024, prio))
@@ -204,7 +203,7 @@ def _transport(host: Host, path: str, udev: dict[str, str] | None) -> str | None
     return None
 
 
-def _disk(host: Host, name: str, path: str, udev_props: Any) -> Disk:
+def _disk(host: Host, name: str, path: str, udev_props: UdevProps | None) -> Disk:
     rot = host.read_value(f"{path}/queue/rotational")
     rotational = {"1": True, "0": False}.get((rot.value or "").strip()) if rot.ok else None
     props = udev_props(name) if udev_props else None
@@ -217,7 +216,7 @@ def _disk(host: Host, name: str, path: str, udev_props: Any) -> Disk:
 
 
 def trace_device(
-    host: Host, name: str, udev_props: Any = None, depth: int = 0
+    host: Host, name: str, udev_props: UdevProps | None = None, depth: int = 0
 ) -> tuple[list[Disk], list[str]]:
     """The whole disks under a block device: partition -> disk; dm/md -> its slaves, recursively."""
     trace: list[str] = []
@@ -245,7 +244,7 @@ def trace_device(
     return [disk], trace
 
 
-def _udev_props_fn(host: Host) -> Any:
+def _udev_props_fn(host: Host) -> UdevProps | None:
     """A name -> udev properties lookup on the live host when libudev loads; None otherwise."""
     if not host.live:
         return None
@@ -268,9 +267,7 @@ def _udev_props_fn(host: Host) -> Any:
     return props
 
 
-def _device_of_file(host: Host, filename: str, mounts: list[Any]) -> tuple[str | None, list[str]]:
-    from tuner.probes.memory import mount_for
-
+def _device_of_file(host: Host, filename: str, mounts: list[Mount]) -> tuple[str | None, list[str]]:
     trace: list[str] = []
     clean = filename.removesuffix(" (deleted)")
     if host.live:
@@ -297,8 +294,6 @@ def _device_of_file(host: Host, filename: str, mounts: list[Any]) -> tuple[str |
 
 
 def probe(facts: Facts) -> SwapFacts:
-    from tuner.probes.memory import read_meminfo, read_mounts
-
     host = facts.host
     info, _ = read_meminfo(host)
     r = host.read_text("/proc/swaps", limit=1 << 20)
@@ -310,7 +305,7 @@ def probe(facts: Facts) -> SwapFacts:
     if not entries:
         return SwapFacts((), "", info.get("MemTotal"), info.get("MemAvailable"), False)
     udev_props = _udev_props_fn(host)
-    mounts: list[Any] = []
+    mounts: list[Mount] = []
     if any(e.type != "partition" for e in entries):
         mounts, _ = read_mounts(host)
     areas: list[SwapArea] = []

@@ -60,9 +60,9 @@ def bandwidth(gen: int | None, width: int | None) -> float | None:
     return round(GB_PER_LANE[gen] * width, 1)
 
 
-def _skip_no_gpu(check: CheckDef, inv: GpuInventory, evidence: dict[str, Any] | None = None) -> Finding:
-    status = Status.ERROR if inv.state in (State.ERROR,) else Status.SKIP
-    return check.finding(status, inv.reason or "no NVIDIA GPU", evidence or {"gpu_source": inv.source})
+def _skip_no_gpu(check: CheckDef, inv: GpuInventory) -> Finding:
+    """No usable GPU: skip with the reason (a broken driver is driver.cuda's failure, reported once)."""
+    return check.finding(Status.SKIP, inv.reason or "no NVIDIA GPU", {"gpu_state": inv.state.value})
 
 
 def _subject(g: GpuInfo | GpuLink) -> str:
@@ -280,9 +280,12 @@ def driver_cuda(facts: Facts, check: CheckDef) -> Iterator[Finding]:
         stack += f" (CUDA {_ver(sw.torch_cuda)})"
     if sw.vllm:
         stack += f", {sw.vllm.name} {sw.vllm.version}"
+    if sw.gpu_state in (State.ERROR, State.DENIED):
+        status = Status.FAIL if sw.gpu_state is State.ERROR else Status.WARN
+        yield check.finding(status, f"{sw.gpu_reason}; {stack}", ev, "driver_broken")
+        return
     if sw.gpu_state is not State.OK:
-        status = Status.ERROR if sw.gpu_state is State.ERROR else Status.SKIP
-        yield check.finding(status, f"{sw.gpu_reason or 'no NVIDIA GPU'}; {stack}", ev)
+        yield check.finding(Status.SKIP, f"{sw.gpu_reason or 'no NVIDIA GPU'}; {stack}", ev)
         return
     drv = sw.cuda_driver_version
     driver = sw.driver_version or "unknown"

@@ -1,0 +1,157 @@
+"""Benchmark `gputune triage`: streaming speed and memory on a 1 GB log, accuracy on the corpus.
+
+    PYTHONPATH=. .venv/bin/python bench/triage.py [--size-mb 1024] [--keep]
+
+1. Writes a vLLM-like serving log of --size-mb (metrics, request and access lines as vLLM 0.11+ prints
+   them) with a CUDA OOM at the very end into a temporary folder.
+2. Times, each in its own process so peak RSS is its own: `wc -l` and a plain Python loop over the
+   lines (the baselines), then `diagnose()` on the same file. Prints MB/s, peak RSS and the ratios.
+3. Diagnoses every case of tests/corpus/ and prints accuracy per label and the mean time per log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "tests" / "corpus"
+
+LINES = [
+    "(APIServer pid=8124) INFO 05-01 12:{m:02d}:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: "
+    "1520.3 tokens/s, Avg generation throughput: 835.2 tokens/s, Running: 12 reqs, Waiting: 0 reqs, GPU KV "
+    "cache usage: 31.4%, Prefix cache hit rate: 12.0%\n",
+    '(APIServer pid=8124) INFO:     127.0.0.1:5{s:04d} - "POST /v1/completions HTTP/1.1" 200 OK\n',
+    "(APIServer pid=8124) INFO 05-01 12:{m:02d}:{s:02d} [logger.py:41] Received request cmpl-9f{s:04d}a: "
+    "prompt: 'Summarise the history of graphics processors and their use in deep learning', params: "
+    "SamplingParams(n=1, temperature=0.7, top_p=0.95, max_tokens=256), lora_request: None.\n",
+    "(APIServer pid=8124) INFO 05-01 12:{m:02d}:{s:02d} [async_llm.py:270] Added request cmpl-9f{s:04d}a.\n",
+]
+HEAD = (
+    "(APIServer pid=8124) INFO 05-01 11:59:00 [api_server.py:1] vLLM API server version 0.11.0\n"
+    "(EngineCore_DP0 pid=9000) INFO 05-01 11:59:30 [gpu_model_runner.py:1] Model loading took 38.2 GiB\n"
+    "(EngineCore_DP0 pid=9000) INFO 05-01 11:59:40 [kv_cache_utils.py:1] GPU KV cache size: 301,000 tokens\n"
+    "(APIServer pid=8124) INFO 05-01 11:59:59 [launcher.py:1] Application startup complete.\n"
+)
+TAIL = (
+    "(EngineCore_DP0 pid=9000) ERROR 05-01 13:00:00 [core.py:708] torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 1.15 GiB. GPU 0 has a total capacity of 79.19 GiB of which 402.00 MiB is free. Including "
+    "non-PyTorch memory, this process has 78.78 GiB memory in use.\n"
+)
+
+
+def make_log(path: Path, size_mb: int) -> None:
+    rng = random.Random(0)
+    block = "".join(rng.choice(LINES).format(m=i // 60 % 60, s=i % 60) for i in range(20000)).encode()
+    with path.open("wb") as fh:
+        fh.write(HEAD.encode())
+        written = 0
+        while written < size_mb * 2**20:
+            fh.write(block)
+            written += len(block)
+        fh.write(TAIL.encode())
+
+
+def timed(argv: list[str]) -> tuple[float, int, str]:
+    """Run a command; return seconds, the child's peak RSS (KiB, from wait4) and its stdout."""
+    import os
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = proc.stdout.read() if proc.stdout else b""
+    _, _, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - t0, int(usage.ru_maxrss), out.decode(errors="replace")
+
+
+PY_LINES = "import sys\nn=0\nfor _ in open(sys.argv[1],'rb'): n+=1\nprint(n)"
+PY_TRIAGE = (
+    "import sys, json\nfrom pathlib import Path\nfrom tuner.triage import diagnose\n"
+    "d = diagnose(Path(sys.argv[1]))\nprint(json.dumps({'cause': d.cause, 'line': d.evidence[0].line}))"
+)
+PY_IMPORT = "import tuner.triage, tuner.triage_scan\ntuner.triage_scan.playbook()"
+
+
+def speed(size_mb: int, keep: bool) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="triage-bench-"))
+    log = tmp / "vllm.log"
+    t0 = time.perf_counter()
+    make_log(log, size_mb)
+    mb = log.stat().st_size / 2**20
+    print(f"log: {log} {mb:.0f} MiB, written in {time.perf_counter() - t0:.1f} s")
+    wc_s, wc_rss, _ = timed(["wc", "-l", str(log)])
+    py_s, py_rss, _ = timed([sys.executable, "-c", PY_LINES, str(log)])
+    imp_s, imp_rss, _ = timed([sys.executable, "-c", PY_IMPORT])
+    tr_s, tr_rss, out = timed([sys.executable, "-c", PY_TRIAGE, str(log)])
+    result = json.loads(out)
+    print(f"{'':28s} {'seconds':>8s} {'MB/s':>8s} {'peak RSS MiB':>13s}")
+    for name, sec, rss in (
+        ("wc -l", wc_s, wc_rss),
+        ("python line loop", py_s, py_rss),
+        ("python + import triage", imp_s, imp_rss),
+        ("gputune triage", tr_s, tr_rss),
+    ):
+        rate = f"{mb / sec:8.1f}" if name != "python + import triage" else f"{'-':>8s}"
+        print(f"{name:28s} {sec:8.2f} {rate} {rss / 1024:13.1f}")
+    print(f"triage found {result['cause']} at line {result['line']}")
+    print(f"ratio: triage time / python line loop = {tr_s / py_s:.1f}x; / wc -l = {tr_s / wc_s:.1f}x; "
+          f"triage RSS - interpreter+import RSS = {(tr_rss - imp_rss) / 1024:.1f} MiB (bounded: 4 MiB chunks)")
+    if not keep:
+        log.unlink()
+        tmp.rmdir()
+
+
+def accuracy() -> None:
+    sys.path.insert(0, str(REPO))
+    from tuner.triage import diagnose
+
+    total: Counter[str] = Counter()
+    right: Counter[str] = Counter()
+    times = []
+    wrong = []
+    for toml in sorted(CORPUS.glob("*.toml")):
+        meta = tomllib.loads(toml.read_text())
+        log = toml.with_suffix(".log")
+        tel = CORPUS / meta["telemetry"] if "telemetry" in meta else None
+        kern = CORPUS / meta["dmesg"] if "dmesg" in meta else None
+        t0 = time.perf_counter()
+        d = diagnose(log, telemetry=tel, dmesg=kern, exit_code=meta.get("exit_code"))
+        times.append(time.perf_counter() - t0)
+        total[meta["label"]] += 1
+        ok = d.cause == meta["label"]
+        right[meta["label"]] += ok
+        if not ok:
+            wrong.append(f"{toml.stem}: {d.cause} (expected {meta['label']})")
+    print(f"\naccuracy on {sum(total.values())} corpus cases (tests/corpus):")
+    for label in sorted(total):
+        print(f"  {label:40s} {right[label]:3d}/{total[label]:<3d}")
+    print(f"  {'overall':40s} {sum(right.values()):3d}/{sum(total.values()):<3d} "
+          f"= {sum(right.values()) / sum(total.values()):.1%}")
+    for w in wrong:
+        print("  wrong:", w)
+    times.sort()
+    print(f"time per corpus log: mean {1000 * sum(times) / len(times):.1f} ms, median "
+          f"{1000 * times[len(times) // 2]:.1f} ms, max {1000 * times[-1]:.1f} ms (in-process, after import)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--keep", action="store_true", help="keep the generated log")
+    ap.add_argument("--skip-speed", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_speed:
+        speed(args.size_mb, args.keep)
+    accuracy()
+
+
+if __name__ == "__main__":
+    main()

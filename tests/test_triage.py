@@ -1,0 +1,528 @@
+"""`gputune triage`: interface, inputs, streaming, and the rules that need several facts at once."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from tuner import triage
+from tuner.triage import apply_flag_changes, diagnose, round_down_len
+from tuner.triage_inputs import read_telemetry
+from tuner.triage_scan import ANCHORS, STAGES, playbook, scan, trigger_of
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "tests" / "corpus"
+LABELS = {
+    "oom_weights_do_not_fit",
+    "kv_cache_too_small_for_max_model_len",
+    "no_kv_cache_memory",
+    "startup_free_memory_below_target",
+    "oom_cudagraph_capture",
+    "oom_sampler_warmup_or_profile_run",
+    "oom_runtime_under_load",
+    "host_ram_oom_killed",
+    "host_pinned_memory_swap_space",
+    "shm_insufficient",
+    "nccl_multi_gpu_comm_failure",
+    "cuda_driver_runtime_mismatch",
+    "arch_no_kernel_image",
+    "quant_or_dtype_unsupported_on_gpu",
+    "gpu_hardware_fault",
+    "illegal_memory_access_software_bug",
+    "config_error_not_resource",
+    "unknown",
+}
+KV_LINE = (
+    "ValueError: To serve at least one request with the model's max seq len (65536), (8.0 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (0.98 GiB). Based on the available memory, "
+    "the estimated maximum model length is 8064. Try increasing `gpu_memory_utilization` or decreasing "
+    "`max_model_len` when initializing the engine."
+)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", "triage", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- data
+def test_shipped_playbook_loads_and_every_signature_names_a_label_and_its_source() -> None:
+    pb = playbook()
+    assert set(pb.causes) == LABELS
+    assert set(pb.oom_by_stage) == {*STAGES, "unknown"}
+    assert set(pb.oom_by_stage.values()) <= LABELS
+    for sig in pb.signatures:
+        assert sig.cause in LABELS | {"oom"}, sig.id
+        assert sig.source, sig.id
+        assert sig.needle.strip(), sig.id
+        assert 0 <= sig.weight <= 1, sig.id
+        assert sig.stage in (None, *STAGES), sig.id
+        assert trigger_of(sig.needle) in sig.needle.lower(), sig.id
+    assert len({s.id for s in pb.signatures}) == len(pb.signatures)
+    for entry in pb.xid.values():
+        assert entry["cause"] in LABELS
+
+
+def test_prefilter_anchors_never_match_an_ordinary_serving_line() -> None:
+    healthy = (
+        "(APIServer pid=8124) INFO 05-01 12:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 1520.3 "
+        "tokens/s, Avg generation throughput: 835.2 tokens/s, Running: 12 reqs, Waiting: 0 reqs, "
+        "GPU KV cache "
+        'usage: 31.4%, Prefix cache hit rate: 12.0%\n(APIServer pid=8124) INFO:     127.0.0.1:51234 - "POST '
+        '/v1/completions HTTP/1.1" 200 OK\n'
+    ).lower()
+    assert not [a for a in ANCHORS if a in healthy]
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def test_json_output_has_the_interface_keys_and_exit_code_0(tmp_path: Path) -> None:
+    log = _write(
+        tmp_path, "vllm.log", f"(EngineCore_DP0 pid=77) ERROR 05-01 12:00:00 [core.py:1] {KV_LINE}\n"
+    )
+    proc = _cli(str(log), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    for key in ("cause", "confidence", "evidence", "remediation", "alternatives", "stage", "fixable_by_args"):
+        assert key in doc
+    assert doc["cause"] == "kv_cache_too_small_for_max_model_len"
+    assert isinstance(doc["evidence"], list) and doc["evidence"][0]["line"] == 1
+    assert doc["remediation"]["flag_changes"] == {"--max-model-len": "7936"}
+    assert "summary" in doc["remediation"]
+    assert all(set(a) == {"cause", "confidence"} for a in doc["alternatives"])
+
+
+def test_unknown_cause_exits_1_and_missing_path_exits_2(tmp_path: Path) -> None:
+    log = _write(tmp_path, "ok.log", "INFO 05-01 12:00:00 [api_server.py:1] Application startup complete.\n")
+    proc = _cli(str(log), "--format", "json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["cause"] == "unknown"
+    missing = _cli(str(tmp_path / "nope.log"))
+    assert missing.returncode == 2
+    assert "no such file" in missing.stderr and "Traceback" not in missing.stderr
+    bad_tel = _cli(str(log), "--telemetry", str(tmp_path / "nope.csv"))
+    assert bad_tel.returncode == 2
+
+
+def test_table_output_names_cause_evidence_and_next_arguments(tmp_path: Path) -> None:
+    log = _write(tmp_path, "vllm.log", KV_LINE + "\n")
+    proc = _cli(str(log))
+    assert proc.returncode == 0
+    assert "kv_cache_too_small_for_max_model_len" in proc.stdout
+    assert "--max-model-len 7936" in proc.stdout
+    assert "line 1" in proc.stdout
+
+
+def test_unreadable_log_is_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
+    log = _write(tmp_path, "locked.log", KV_LINE)
+    log.chmod(0)
+    try:
+        if os.access(log, os.R_OK):
+            pytest.skip("running as root: permissions do not stop reads")
+        assert triage.main(log, fmt="json") == 2
+    finally:
+        log.chmod(0o644)
+
+
+def test_binary_garbage_is_diagnosed_as_unknown_without_crashing(tmp_path: Path) -> None:
+    p = tmp_path / "garbage.log"
+    p.write_bytes(bytes(range(256)) * 1000 + b"\xff\xfe" * 5000)
+    assert diagnose(p).cause == "unknown"
+
+
+# ------------------------------------------------------------------------------------- line formats
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "",
+        "(APIServer pid=8124) ",
+        "(EngineCore_DP0 pid=9000) ERROR 05-01 12:00:00 [core.py:708] ",
+        "(VllmWorker rank=0 pid=123) ERROR 05-01 12:00:00 [multiproc_executor.py:470] ",
+        "2024-05-01T12:00:00.000Z ",
+        "[1,0]<stderr>:",
+        "vllm-1  | ",
+        "\x1b[1;31mERROR\x1b[0m 05-01 12:00:00 ",
+        "[rank0]: ",
+    ],
+)
+def test_wrapper_prefixes_do_not_hide_the_message(tmp_path: Path, prefix: str) -> None:
+    log = _write(tmp_path, "x.log", f"{prefix}INFO loading\n{prefix}{KV_LINE}\n")
+    d = diagnose(log)
+    assert d.cause == "kv_cache_too_small_for_max_model_len"
+    assert d.remediation.flag_changes["--max-model-len"] == "7936"
+
+
+def test_ansi_colours_inside_the_message_are_removed_before_numbers_are_read(tmp_path: Path) -> None:
+    line = (
+        "\x1b[31mValueError:\x1b[0m Free memory on device (14.2/79.1 GiB) on startup is less than "
+        "desired GPU "
+        "memory utilization (0.9, 71.19 GiB). Decrease GPU memory utilization or reduce GPU memory used by "
+        "other processes."
+    )
+    d = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert d.cause == "startup_free_memory_below_target"
+    # floor((14.2 - 0.791) / 79.1 * 100) / 100 = 0.16
+    assert d.remediation.flag_changes == {"--gpu-memory-utilization": "0.16"}
+
+
+# ------------------------------------------------------------------------------------------ stages
+@pytest.mark.parametrize(
+    ("landmark", "cause", "stage"),
+    [
+        ("INFO [gpu_model_runner.py:1] Starting to load model /m...", "oom_weights_do_not_fit", "load"),
+        (
+            "INFO [default_loader.py:1] Loading weights took 3.1 seconds",
+            "oom_sampler_warmup_or_profile_run",
+            "memory_profiling",
+        ),
+        ("INFO [gpu_worker.py:1] Available KV cache memory: 12.5 GiB", "no_kv_cache_memory", "kv_allocation"),
+        (
+            "INFO [gpu_model_runner.py:1] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 10%",
+            "oom_cudagraph_capture",
+            "graph_capture",
+        ),
+        (
+            'INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+            "oom_runtime_under_load",
+            "serving",
+        ),
+    ],
+)
+def test_a_cuda_oom_means_a_different_cause_at_each_stage(
+    tmp_path: Path, landmark: str, cause: str, stage: str
+) -> None:
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 79.19 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB "
+        "memory in use."
+    )
+    d = diagnose(
+        _write(tmp_path, "x.log", f"INFO Initializing a V1 LLM engine (v0.11.0)\n{landmark}\n{oom}\n")
+    )
+    assert (d.cause, d.stage) == (cause, stage)
+
+
+def test_graph_capture_oom_suggests_enforce_eager(tmp_path: Path) -> None:
+    text = "INFO Capturing CUDA graph shapes: 40%\nRuntimeError: CUDA error: out of memory\n"
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert d.cause == "oom_cudagraph_capture"
+    assert d.remediation.flag_changes == {"--enforce-eager": ""}
+
+
+def test_oom_with_another_process_holding_the_card_is_a_startup_free_memory_problem(tmp_path: Path) -> None:
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. "
+        "GPU 0 has a total capacity of "
+        "79.19 GiB of which 500.00 MiB is free. Process 4242 has 60.00 GiB memory in use. Process 5151 has "
+        "18.60 GiB memory in use. Including non-PyTorch memory, this process has 18.60 GiB memory in use."
+    )
+    d = diagnose(_write(tmp_path, "x.log", f"INFO Starting to load model m\n{oom}\n"))
+    assert d.cause == "startup_free_memory_below_target"
+    assert "oom_weights_do_not_fit" in dict(d.alternatives)
+    assert d.remediation.flag_changes["--gpu-memory-utilization"] == "0.23"
+
+
+# ---------------------------------------------------------------------------------- run directories
+def _run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "attempt-1").mkdir(parents=True)
+    (run / "attempt-2").mkdir()
+    (run / "attempt-1" / "vllm.log").write_text("INFO Application startup complete.\n")
+    (run / "attempt-2" / "vllm.log").write_text(KV_LINE + "\n")
+    argv = [
+        "python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "m",
+        "--max-model-len=65536",
+        "--port",
+        "8000",
+    ]
+    (run / "command.json").write_text(json.dumps({"argv": argv, "env": {}}))
+    (run / "exit.json").write_text(json.dumps({"returncode": 1, "signal": None, "stage": "start"}))
+    return run
+
+
+def test_run_directory_uses_the_last_attempt_and_its_fix_applies_to_the_command(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    d = diagnose(run)
+    assert d.cause == "kv_cache_too_small_for_max_model_len"
+    assert d.log is not None and d.log.endswith("attempt-2/vllm.log")
+    argv = json.loads((run / "command.json").read_text())["argv"]
+    new = apply_flag_changes(argv, d.remediation.flag_changes)
+    assert new.count("--max-model-len") == 1 and new[new.index("--max-model-len") + 1] == "7936"
+    assert "--max-model-len=65536" not in new
+
+
+def test_no_kv_memory_while_another_process_holds_the_gpu_is_startup_free_memory(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vllm.log").write_text(
+        "(EngineCore_DP0 pid=300) INFO Starting to load model m\n"
+        "(EngineCore_DP0 pid=300) ERROR ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.\n"
+    )
+    with (run / "gpu-processes.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time", "gpu", "pid", "name", "used_mib"])
+        w.writerow(["1", "0", "999", "other_trainer", "61000"])
+        w.writerow(["2", "0", "999", "other_trainer", "61000"])
+        w.writerow(["2", "0", "300", "VLLM::EngineCore", "15000"])
+    with (run / "telemetry.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            [
+                "time",
+                "gpu",
+                "mem_used_mib",
+                "mem_total_mib",
+                "util_gpu",
+                "util_mem",
+                "power_w",
+                "temp_c",
+                "sm_clock_mhz",
+                "throttle",
+                "pcie_tx_kbs",
+                "pcie_rx_kbs",
+            ]
+        )
+        w.writerow(["1", "0", "61000", "81559", "0", "0", "80", "40", "345", "0", "0", "0"])
+        w.writerow(["2", "0", "76000", "81559", "30", "5", "200", "45", "1980", "0", "0", "0"])
+    d = diagnose(run)
+    assert d.cause == "startup_free_memory_below_target"
+    assert any(e.kind == "telemetry" and "other processes held 61000 MiB" in e.text for e in d.evidence)
+    assert "no_kv_cache_memory" in dict(d.alternatives)
+
+
+# --------------------------------------------------------------------------------------- telemetry
+def _nvml_to_recorder(nvml: Path, out: Path) -> Path:
+    """The recorder's CSV layout filled with the real NVML samples of the H200 OOM trace."""
+    with nvml.open() as src, out.open("w", newline="") as dst:
+        w = csv.writer(dst)
+        w.writerow(
+            [
+                "time",
+                "gpu",
+                "mem_used_mib",
+                "mem_total_mib",
+                "util_gpu",
+                "util_mem",
+                "power_w",
+                "temp_c",
+                "sm_clock_mhz",
+                "throttle",
+                "pcie_tx_kbs",
+                "pcie_rx_kbs",
+            ]
+        )
+        for row in csv.reader(src):
+            if len(row) == 5:
+                w.writerow([row[0], "0", row[1], row[2], row[3], row[4], "", "", "", "", "", ""])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["dmon", "nvml", "recorder"])
+def test_telemetry_in_all_three_formats_shows_memory_at_capacity(
+    shared_fixtures: Path, tmp_path: Path, kind: str
+) -> None:
+    base = shared_fixtures / "gpu-oom"
+    tel = {
+        "dmon": base / "oom-grow-dmon.txt",
+        "nvml": base / "oom-grow-nvml.csv",
+        "recorder": _nvml_to_recorder(base / "oom-grow-nvml.csv", tmp_path / "telemetry.csv"),
+    }[kind]
+    summary = read_telemetry(tel)
+    assert summary.peak_used_mib is not None and summary.peak_used_mib > 130_000
+    d = diagnose(base / "oom-grow-log.txt", telemetry=tel)
+    assert d.cause == "oom_runtime_under_load"
+    facts = [e for e in d.evidence if e.kind == "telemetry"]
+    assert facts and "of 14" in facts[0].text  # "of 143771 MiB" (NVML) or "of 143155 MiB" (from the log)
+
+
+def test_dmon_parser_reads_named_columns_and_treats_dash_as_missing(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "dmon.txt",
+        "#Date Time gpu pwr sm mem fb\n#YYYYMMDD HH:MM:SS Idx W % % MB\n"
+        " 20261129 16:00:57 0 79 - - -\n 20261129 16:00:58 0 300 97 40 81000\n",
+    )
+    s = read_telemetry(p)
+    assert (s.format, s.samples, s.peak_used_mib, s.util_peak) == ("nvidia-smi-dmon", 1, 81000.0, 97.0)
+
+
+def test_run_that_did_not_oom_stays_unknown_even_with_telemetry(shared_fixtures: Path) -> None:
+    base = shared_fixtures / "gpu-oom"
+    d = diagnose(base / "oom-frag-log.txt", telemetry=base / "oom-frag-dmon.txt", exit_code=0)
+    assert d.cause == "unknown"
+
+
+# ------------------------------------------------------------------------------ exit status + dmesg
+def test_sigkill_with_an_oom_killer_line_in_dmesg_is_host_ram(tmp_path: Path) -> None:
+    log = _write(tmp_path, "vllm.log", "INFO Loading safetensors checkpoint shards: 40% Completed\n")
+    kern = CORPUS / "cpu-host-ram-cgroup-oom.dmesg.txt"
+    d = diagnose(log, dmesg=kern, exit_code=-9)
+    assert d.cause == "host_ram_oom_killed" and d.confidence >= 0.95
+    kinds = {e.kind for e in d.evidence}
+    assert {"kernel", "exit"} <= kinds
+    assert _cli(str(log), "--dmesg", str(kern), "--exit-code", "137").returncode == 0
+
+
+def test_sigkill_alone_is_only_a_weak_host_ram_guess(tmp_path: Path) -> None:
+    log = _write(tmp_path, "vllm.log", "INFO Loading safetensors checkpoint shards: 40% Completed\n")
+    d = diagnose(log, exit_code=137)
+    assert d.cause == "host_ram_oom_killed" and d.confidence <= 0.6
+
+
+@pytest.mark.parametrize(
+    ("xid", "cause"),
+    [
+        ("79", "gpu_hardware_fault"),
+        ("48", "gpu_hardware_fault"),
+        ("119", "gpu_hardware_fault"),
+        ("31", "illegal_memory_access_software_bug"),
+    ],
+)
+def test_nvrm_xid_codes_in_the_kernel_log(tmp_path: Path, xid: str, cause: str) -> None:
+    log = _write(tmp_path, "vllm.log", "RuntimeError: CUDA error: unspecified launch failure\n")
+    kern = _write(
+        tmp_path,
+        "kern.log",
+        f"[ 812.1] NVRM: Xid (PCI:0000:3b:00): {xid}, pid=4242, name=python3, Ch 00000008\n",
+    )
+    d = diagnose(log, dmesg=kern)
+    assert d.cause == cause
+    assert any(e.kind == "kernel" for e in d.evidence) or cause == "illegal_memory_access_software_bug"
+
+
+def test_illegal_memory_access_is_never_a_memory_label(tmp_path: Path) -> None:
+    text = (
+        "(VllmWorker rank=0 pid=1) ERROR RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "[rank0]:[E501 12:00:00.000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", text), exit_code=-9)
+    assert d.cause == "illegal_memory_access_software_bug"
+    assert not d.memory and not d.fixable_by_args
+
+
+# --------------------------------------------------------------------------------------- streaming
+def test_a_200_mb_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
+    line = (
+        "(APIServer pid=8124) INFO 05-01 12:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 1520.3 "
+        "tokens/s, Avg generation throughput: 835.2 tokens/s, Running: 12 reqs, Waiting: 0 reqs, GPU KV "
+        "cache usage: 31.4%, Prefix cache hit rate: 12.0%\n"
+    )
+    block = (line * 4000).encode()
+    p = tmp_path / "big.log"
+    with p.open("wb") as fh:
+        fh.write(b"INFO Application startup complete.\n")
+        for _ in range(200 * 2**20 // len(block)):
+            fh.write(block)
+        fh.write(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.15 GiB.\n")
+    tracemalloc.start()
+    with p.open("rb") as fh:
+        res = scan(fh)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert res.lines > 800_000
+    assert {h.line_no for h in res.hits} == {res.lines}
+    assert res.stage == "serving"
+    assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
+def test_line_numbers_stay_right_across_chunk_boundaries(tmp_path: Path) -> None:
+    filler = "INFO " + "x" * 95 + "\n"
+    n = (4 << 20) // len(filler) + 7  # past the first chunk
+    p = tmp_path / "x.log"
+    p.write_text(filler * n + KV_LINE + "\n" + filler * 3)
+    d = diagnose(p)
+    assert d.evidence[0].line == n + 1
+
+
+# ------------------------------------------------------------------------------ apply_flag_changes
+@pytest.mark.parametrize(
+    ("args", "changes", "expected"),
+    [
+        (
+            ["--model", "m", "--max-model-len", "65536"],
+            {"--max-model-len": "8064"},
+            ["--model", "m", "--max-model-len", "8064"],
+        ),
+        (
+            ["--max-model-len=65536", "--port", "8000"],
+            {"--max-model-len": "8064"},
+            ["--max-model-len", "8064", "--port", "8000"],
+        ),
+        (
+            ["--max-model-len", "4096", "--port", "1", "--max_model_len", "65536"],
+            {"--max-model-len": "2048"},
+            ["--port", "1", "--max-model-len", "2048"],
+        ),
+        (["--model", "m"], {"--enforce-eager": ""}, ["--model", "m", "--enforce-eager"]),
+        (["--enforce-eager", "--model", "m"], {"--enforce-eager": ""}, ["--enforce-eager", "--model", "m"]),
+        (
+            ["--model", "m", "--quantization", "fp8", "--port", "9"],
+            {"--quantization": None},
+            ["--model", "m", "--port", "9"],
+        ),
+        (["--cpu-offload-gb=40", "--model", "m"], {"--cpu-offload-gb": None}, ["--model", "m"]),
+        (
+            ["--model", "m"],
+            {"--gpu-memory-utilization": "0.85", "--max-num-seqs": "128"},
+            ["--model", "m", "--gpu-memory-utilization", "0.85", "--max-num-seqs", "128"],
+        ),
+        (
+            ["--model", "m", "--", "--max-model-len", "9"],
+            {"--max-model-len": "8"},
+            ["--model", "m", "--", "--max-model-len", "8"],
+        ),
+    ],
+)
+def test_apply_flag_changes(args: list[str], changes: dict[str, str | None], expected: list[str]) -> None:
+    assert apply_flag_changes(args, changes) == expected
+
+
+def test_apply_flag_changes_does_not_modify_its_input() -> None:
+    args = ["--max-model-len", "1"]
+    apply_flag_changes(args, {"--max-model-len": "2"})
+    assert args == ["--max-model-len", "1"]
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [(8064, 7936), (122080, 121856), (5632, 5632), (1920, 1920), (23648, 23552), (100, 100)],
+)
+def test_max_model_len_is_rounded_down_to_a_round_number(n: int, expected: int) -> None:
+    assert round_down_len(n) == expected
+    assert round_down_len(n) <= n
+
+
+def test_every_message_of_the_kv_check_in_the_installed_vllm_is_matched() -> None:
+    """The installed vLLM's own f-strings, rendered with numbers, are what the signatures must match."""
+    src = REPO / ".venv/lib/python3.11/site-packages/vllm/v1/core/kv_cache_utils.py"
+    if not src.is_file():
+        pytest.skip("vLLM (CPU build) not installed in .venv")
+    text = src.read_text()
+    assert "No available memory for the cache blocks" in text
+    assert re.search(r"estimated maximum model length is", text)
