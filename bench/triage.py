@@ -42,9 +42,9 @@ HEAD = (
     "(APIServer pid=8124) INFO 05-01 11:59:59 [launcher.py:1] Application startup complete.\n"
 )
 TAIL = (
-    "(EngineCore_DP0 pid=9000) ERROR 05-01 13:00:00 [core.py:708] torch.OutOfMemoryError: CUDA out of memory. "
-    "Tried to allocate 1.15 GiB. GPU 0 has a total capacity of 79.19 GiB of which 402.00 MiB is free. Including "
-    "non-PyTorch memory, this process has 78.78 GiB memory in use.\n"
+    "(EngineCore_DP0 pid=9000) ERROR 05-01 13:00:00 [core.py:708] torch.OutOfMemoryError: CUDA out of "
+    "memory. Tried to allocate 1.15 GiB. GPU 0 has a total capacity of 79.19 GiB of which 402.00 MiB is "
+    "free. Including non-PyTorch memory, this process has 78.78 GiB memory in use.\n"
 )
 
 
@@ -60,24 +60,25 @@ def make_log(path: Path, size_mb: int) -> None:
         fh.write(TAIL.encode())
 
 
-def timed(argv: list[str]) -> tuple[float, int, str]:
-    """Run a command; return seconds, the child's peak RSS (KiB, from wait4) and its stdout."""
+def timed(argv: list[str]) -> tuple[float, str]:
+    """Run a command; return its wall time and stdout."""
     import os
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    out = proc.stdout.read() if proc.stdout else b""
-    _, _, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - t0, int(usage.ru_maxrss), out.decode(errors="replace")
+    proc = subprocess.run(
+        argv, capture_output=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True
+    )
+    return time.perf_counter() - t0, proc.stdout.decode(errors="replace")
 
 
-PY_LINES = "import sys\nn=0\nfor _ in open(sys.argv[1],'rb'): n+=1\nprint(n)"
+# Each Python child reports its own peak RSS (getrusage(RUSAGE_SELF).ru_maxrss, KiB) as the last line.
+RSS = "\nimport resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+PY_LINES = "import sys\nn=0\nfor _ in open(sys.argv[1],'rb'): n+=1\nprint(n)" + RSS
 PY_TRIAGE = (
     "import sys, json\nfrom pathlib import Path\nfrom tuner.triage import diagnose\n"
-    "d = diagnose(Path(sys.argv[1]))\nprint(json.dumps({'cause': d.cause, 'line': d.evidence[0].line}))"
+    "d = diagnose(Path(sys.argv[1]))\nprint(json.dumps({'cause': d.cause, 'line': d.evidence[0].line}))" + RSS
 )
-PY_IMPORT = "import tuner.triage, tuner.triage_scan\ntuner.triage_scan.playbook()"
+PY_IMPORT = "import tuner.triage, tuner.triage_scan\ntuner.triage_scan.playbook()" + RSS
 
 
 def speed(size_mb: int, keep: bool) -> None:
@@ -87,23 +88,29 @@ def speed(size_mb: int, keep: bool) -> None:
     make_log(log, size_mb)
     mb = log.stat().st_size / 2**20
     print(f"log: {log} {mb:.0f} MiB, written in {time.perf_counter() - t0:.1f} s")
-    wc_s, wc_rss, _ = timed(["wc", "-l", str(log)])
-    py_s, py_rss, _ = timed([sys.executable, "-c", PY_LINES, str(log)])
-    imp_s, imp_rss, _ = timed([sys.executable, "-c", PY_IMPORT])
-    tr_s, tr_rss, out = timed([sys.executable, "-c", PY_TRIAGE, str(log)])
-    result = json.loads(out)
+    wc_s, _ = timed(["wc", "-l", str(log)])
+    py_s, out = timed([sys.executable, "-c", PY_LINES, str(log)])
+    py_rss = int(out.split()[-1])
+    imp_s, out = timed([sys.executable, "-c", PY_IMPORT])
+    imp_rss = int(out.split()[-1])
+    tr_s, out = timed([sys.executable, "-c", PY_TRIAGE, str(log)])
+    tr_rss = int(out.split()[-1])
+    result = json.loads(out.splitlines()[0])
     print(f"{'':28s} {'seconds':>8s} {'MB/s':>8s} {'peak RSS MiB':>13s}")
     for name, sec, rss in (
-        ("wc -l", wc_s, wc_rss),
+        ("wc -l", wc_s, None),
         ("python line loop", py_s, py_rss),
         ("python + import triage", imp_s, imp_rss),
         ("gputune triage", tr_s, tr_rss),
     ):
         rate = f"{mb / sec:8.1f}" if name != "python + import triage" else f"{'-':>8s}"
-        print(f"{name:28s} {sec:8.2f} {rate} {rss / 1024:13.1f}")
+        rss_s = f"{rss / 1024:13.1f}" if rss is not None else f"{'-':>13s}"
+        print(f"{name:28s} {sec:8.2f} {rate} {rss_s}")
     print(f"triage found {result['cause']} at line {result['line']}")
-    print(f"ratio: triage time / python line loop = {tr_s / py_s:.1f}x; / wc -l = {tr_s / wc_s:.1f}x; "
-          f"triage RSS - interpreter+import RSS = {(tr_rss - imp_rss) / 1024:.1f} MiB (bounded: 4 MiB chunks)")
+    print(
+        f"ratio: triage time / python line loop = {tr_s / py_s:.1f}x; / wc -l = {tr_s / wc_s:.1f}x; "
+        f"triage RSS - interpreter+import RSS = {(tr_rss - imp_rss) / 1024:.1f} MiB (bounded: 4 MiB chunks)"
+    )
     if not keep:
         log.unlink()
         tmp.rmdir()
@@ -133,13 +140,17 @@ def accuracy() -> None:
     print(f"\naccuracy on {sum(total.values())} corpus cases (tests/corpus):")
     for label in sorted(total):
         print(f"  {label:40s} {right[label]:3d}/{total[label]:<3d}")
-    print(f"  {'overall':40s} {sum(right.values()):3d}/{sum(total.values()):<3d} "
-          f"= {sum(right.values()) / sum(total.values()):.1%}")
+    print(
+        f"  {'overall':40s} {sum(right.values()):3d}/{sum(total.values()):<3d} "
+        f"= {sum(right.values()) / sum(total.values()):.1%}"
+    )
     for w in wrong:
         print("  wrong:", w)
     times.sort()
-    print(f"time per corpus log: mean {1000 * sum(times) / len(times):.1f} ms, median "
-          f"{1000 * times[len(times) // 2]:.1f} ms, max {1000 * times[-1]:.1f} ms (in-process, after import)")
+    print(
+        f"time per corpus log: mean {1000 * sum(times) / len(times):.1f} ms, median "
+        f"{1000 * times[len(times) // 2]:.1f} ms, max {1000 * times[-1]:.1f} ms (in-process, after import)"
+    )
 
 
 def main() -> None:

@@ -781,10 +781,16 @@ class Launch:
                         break
                 wake.wait(POLL_S)
                 wake.clear()
+            ready_mono = time.monotonic()
+            # /health can answer a moment before the log line lands in the file: let the watcher see it
+            end = ready_mono + 0.25
+            while "line" not in seen and time.monotonic() < end and watcher.is_alive():
+                time.sleep(0.01)
         finally:
             watcher_stop.set()
-        ready_mono = time.monotonic()
         line_mono = seen.get("line")
+        if line_mono is not None and not reported_line:
+            run.event("startup_complete_seen", "vLLM logged 'Application startup complete'", mono=line_mono)
         run.event(
             "ready",
             f"vLLM serves on {url}/v1",

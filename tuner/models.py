@@ -381,15 +381,18 @@ def hf_cache_snapshot(repo_id: str, env: Mapping[str, str] | None = None) -> Pat
     """The snapshot folder of a cached model (refs/main first, else the newest snapshot)."""
     repo = hf_hub_cache(env) / ("models--" + repo_id.replace("/", "--"))
     snaps = repo / "snapshots"
-    if not snaps.is_dir():
-        return None
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        rev = ref.read_text(encoding="utf-8", errors="replace").strip()
-        if rev and (snaps / rev / "config.json").is_file():
-            return snaps / rev
-    found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    try:
+        if not snaps.is_dir():
+            return None
+        ref = repo / "refs" / "main"
+        if ref.is_file():
+            rev = ref.read_text(encoding="utf-8", errors="replace").strip()
+            if rev and "/" not in rev and (snaps / rev / "config.json").is_file():
+                return snaps / rev
+        found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
+        return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    except OSError as exc:
+        raise UsageError(f"{repo}: cannot read the Hugging Face cache ({exc.strerror})") from exc
 
 
 def _profile_dir() -> Path:

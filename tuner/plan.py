@@ -441,7 +441,8 @@ def _live_devices(host: Host, want: int | None) -> tuple[Device | None, str]:
 def activation_peak_bytes(spec: ModelSpec, batched_tokens: int, max_seqs: int, tp: int = 1) -> int:
     """vLLM's profile_run peak beyond the weights (see OVERHEAD_SOURCES["activation_peak"])."""
     per_token = (3 * spec.intermediate_size // max(1, tp) + 3 * spec.hidden_size) * 2
-    logits = max_seqs * spec.vocab_size * 4 * LOGITS_COPIES // max(1, tp)
+    # the MLP is split across TP ranks; the logits are gathered whole on the first rank
+    logits = max_seqs * spec.vocab_size * 4 * LOGITS_COPIES
     return batched_tokens * per_token + logits + ACT_WORKSPACE
 
 
@@ -662,6 +663,8 @@ def _plan_gpu(
     dev = facts.devices
     assert dev is not None
     tp = _int_arg(uval, "--tensor-parallel-size", warnings) or dev.count
+    if tp > dev.count and dev.source != "--gpu-mem":
+        warnings.append(f"--tensor-parallel-size {tp} needs {tp} GPUs; {dev.count} planned here")
     block = _int_arg(uval, "--block-size", warnings) or GPU_BLOCK_SIZE
     quant_arg, quant_why = _quant_arg(spec, dev)
     user_quant = uval.get("--quantization")
@@ -707,7 +710,9 @@ def _plan_gpu(
             k.batched = 1024
         if user_seqs is None and k.seqs > 16:
             k.seqs = 16
-        squeeze.append("--max-num-batched-tokens 1024 --max-num-seqs 16 (smaller activation peak)")
+        squeeze.append(
+            f"--max-num-batched-tokens {k.batched} --max-num-seqs {k.seqs} (smaller activation peak)"
+        )
     if need_more() and user_kv is None:
         k.kv_dtype = "fp8"
         squeeze.append("--kv-cache-dtype fp8 (half the KV bytes per token)")
@@ -791,8 +796,6 @@ def _plan_gpu(
     ]
     if quant_arg and not user_quant:
         args.append(("--quantization", quant_arg, quant_why))
-    elif spec.quant is None and user_quant:
-        pass
     dtype, dtype_why = _dtype_arg(spec, dev, "gpu")
     args.append(("--dtype", dtype, dtype_why))
     if tp > 1:
@@ -1297,7 +1300,7 @@ def render_rich(plan: Plan) -> None:
         )
     nums.add_row("numa node", str(plan.numa_node) if plan.numa_node is not None else "-", plan.numa_reason)
     console.print(nums)
-    console.print("(full sources of each term: gputune plan --format json, \"memory\")", style="dim")
+    console.print('(full sources of each term: gputune plan --format json, "memory")', style="dim")
     args = Table(title="vLLM arguments", show_header=True, header_style="bold")
     args.add_column("argument")
     args.add_column("why")

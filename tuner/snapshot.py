@@ -99,6 +99,7 @@ CAPTURE_GLOBS: tuple[str, ...] = (
     "/proc/driver/nvidia/version",
 )
 
+
 def capture_globs() -> list[str]:
     """:data:`CAPTURE_GLOBS` plus every probe module's ``CAPTURE``, without duplicates."""
     from tuner.probes import Facts

@@ -255,8 +255,12 @@ def exit_from_json(doc: dict[str, Any]) -> int | None:
     """The exit status from exit.json: a negative number for a signal (like Python's returncode)."""
     rc = doc.get("returncode")
     sig = doc.get("signal")
-    if isinstance(sig, str) and sig.upper().lstrip("SIG") == "KILL":
-        return -9
+    if isinstance(sig, str):
+        name = sig.upper().removeprefix("SIG")
+        if name == "KILL":
+            return -9
+        if name.isdigit() and int(name) > 0:
+            return -int(name)
     if isinstance(sig, int) and sig > 0:
         return -sig
     if isinstance(rc, int):

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Produce new REAL GPU failures for the triage corpus with PyTorch only (no vLLM), each recorded with
+# `nvidia-smi dmon -s pucvmet -o DT` and an NVML sampler side by side (as ../shared/tools/capture_host.sh
+# made the fixtures/gpu-oom traces), plus the per-process GPU memory in the launch recorder's layout.
+#
+#   OUT=/some/dir bash bench/gpu/oom.sh        # from the repository root; < 3 minutes; writes $OUT/oom.tgz
+#
+# Scenarios (all output is PyTorch's own; nothing imitates vLLM's messages):
+#   graph-capture   the card is filled to ~1 GiB free, then a CUDA graph is captured whose work needs more
+#                   -> torch OOM raised while capturing (torch/cuda/graphs.py in the traceback)
+#   other-process   a second process holds ~80% of the card; this one then asks for 0.9 x total memory as
+#                   one block, the way a server reserves its budget -> torch OOM naming the other process
+#   runtime-growth  a decode-like loop whose batch and cache grow every step until the allocator fails
+# Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
+set -u
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+W="$(mktemp -d)"
+C="$W/corpus"
+mkdir -p "$C"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+START=$(date +%s)
+
+cat > "$W/sampler.py" <<'PY'
+# NVML at 10 Hz: unix time, used MiB, total MiB, GPU util %, memory util % (the fixtures' NVML CSV), and
+# per-process memory at 1 Hz in the recorder's gpu-processes.csv layout (time,gpu,pid,name,used_mib).
+import sys, time, pynvml as N
+try:
+    import psutil
+except ImportError:
+    psutil = None
+N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)
+end = time.time() + float(sys.argv[1])
+mem_out, proc_out = open(sys.argv[2], "w"), open(sys.argv[3], "w")
+proc_out.write("time,gpu,pid,name,used_mib\n")
+last_proc = 0.0
+while time.time() < end:
+    m = N.nvmlDeviceGetMemoryInfo(h); u = N.nvmlDeviceGetUtilizationRates(h)
+    now = time.time()
+    mem_out.write(f"{now:.3f},{m.used >> 20},{m.total >> 20},{u.gpu},{u.memory}\n"); mem_out.flush()
+    if now - last_proc >= 1.0:
+        last_proc = now
+        try:
+            procs = N.nvmlDeviceGetComputeRunningProcesses(h)
+        except N.NVMLError:
+            procs = []
+        for p in procs:
+            name = ""
+            if psutil is not None:
+                try:
+                    name = psutil.Process(p.pid).name()
+                except Exception:
+                    name = ""
+            used = (p.usedGpuMemory or 0) >> 20
+            proc_out.write(f"{now:.3f},0,{p.pid},{name},{used}\n")
+        proc_out.flush()
+    time.sleep(0.1)
+PY
+
+cat > "$W/graph_capture.py" <<'PY'
+import sys, time, torch
+torch.cuda.init()
+x = torch.randn(8192, 8192, device="cuda")            # 256 MiB
+w = torch.randn(8192, 8192, device="cuda")
+free, total = torch.cuda.mem_get_info()
+hog = torch.empty(free - (1 << 30), dtype=torch.uint8, device="cuda")   # leave ~1 GiB free
+print(f"filled: {torch.cuda.mem_get_info()[0] >> 20} MiB free of {total >> 20} MiB", flush=True)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):                       # warm-up outside the graph, as graph capture requires
+    y = x @ w
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+print("capturing a CUDA graph of 24 matmuls", flush=True)
+with torch.cuda.graph(graph):
+    outs = [x @ w for _ in range(24)]                # 24 x 256 MiB inside the graph's private pool
+graph.replay()
+print("captured", flush=True)
+PY
+
+cat > "$W/hog.py" <<'PY'
+import sys, time, torch
+free, total = torch.cuda.mem_get_info()
+hog = torch.empty(int(total * float(sys.argv[1])), dtype=torch.uint8, device="cuda")
+print(f"holding {hog.numel() >> 20} MiB of {total >> 20} MiB", flush=True)
+time.sleep(float(sys.argv[2]))
+PY
+
+cat > "$W/budget.py" <<'PY'
+import torch
+free, total = torch.cuda.mem_get_info()
+print(f"free {free >> 20} MiB of {total >> 20} MiB; reserving 0.9 x total = {int(0.9 * total) >> 20} MiB", flush=True)
+budget = torch.empty(int(0.9 * total), dtype=torch.uint8, device="cuda")
+print("reserved", flush=True)
+PY
+
+cat > "$W/runtime_growth.py" <<'PY'
+import time, torch
+torch.manual_seed(0)
+d = 8192
+w = torch.randn(d, d, device="cuda", dtype=torch.float16)
+cache = []
+batch = 64
+for step in range(10_000):
+    x = torch.randn(batch, 512, d, device="cuda", dtype=torch.float16)   # a prefill-sized activation
+    y = torch.nn.functional.gelu(x @ w)
+    cache.append(y.detach())                                            # kept, like a growing KV cache
+    batch += 64
+    if step % 5 == 0:
+        print(f"step {step}: batch {batch}, allocated {torch.cuda.memory_allocated() >> 20} MiB", flush=True)
+PY
+
+run_case() {  # name seconds command...
+  local name="$1" secs="$2"; shift 2
+  nvidia-smi dmon -s pucvmet -o DT -d 1 > "$C/gpu-h200-$name-dmon.txt" 2>&1 & local dp=$!
+  "$PY" "$W/sampler.py" "$secs" "$C/gpu-h200-$name-nvml.csv" "$C/gpu-h200-$name-gpu-processes.csv" & local sp=$!
+  sleep 1.5
+  "$@" > "$C/gpu-h200-$name.log" 2>&1
+  local rc=$?
+  echo "$rc" > "$W/$name.rc"
+  sleep 1.5
+  kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+  kill "$dp" 2>/dev/null; wait "$dp" 2>/dev/null
+  echo "$name: exit $rc ($(($(date +%s) - START)) s so far)"
+}
+
+run_case graph-capture 30 timeout 60 "$PY" "$W/graph_capture.py"
+
+other_case() {
+  "$PY" "$W/hog.py" 0.8 25 & local hp=$!
+  sleep 8
+  timeout 60 "$PY" "$W/budget.py"
+  local rc=$?
+  kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
+  return $rc
+}
+run_case other-process 30 other_case
+
+run_case runtime-growth 40 timeout 60 "$PY" "$W/runtime_growth.py"
+
+# Corpus metadata: the label each scenario was built to produce and what in the log shows it.
+toml() {  # name label evidence
+  local rc; rc=$(cat "$W/$1.rc")
+  cat > "$C/gpu-h200-$1.toml" <<EOF
+# Real PyTorch failure on an NVIDIA H200 made by bench/gpu/oom.sh (torch only, no vLLM), with
+# nvidia-smi dmon and NVML sampled side by side.
+source = "generated: H200, bench/gpu/oom.sh scenario $1, torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+label = "$2"
+stage = ""
+evidence = "$3"
+telemetry = "gpu-h200-$1-dmon.txt"
+telemetry_nvml = "gpu-h200-$1-nvml.csv"
+exit_code = $rc
+EOF
+}
+toml graph-capture oom_cudagraph_capture "torch OutOfMemoryError raised inside torch.cuda.graph capture (torch/cuda/graphs.py in the traceback) with ~1 GiB free"
+toml other-process startup_free_memory_below_target "torch OOM reserving 0.9 x total while another process (listed by PyTorch, and in gpu-processes.csv) held ~80% of the card"
+toml runtime-growth oom_runtime_under_load "torch OOM after many steps of a growing batch/cache; memory plateaued at capacity in dmon/NVML"
+
+# What triage says about each (JSON), for the report.
+for name in graph-capture other-process runtime-growth; do
+  "$PY" -m tuner triage "$C/gpu-h200-$name.log" --telemetry "$C/gpu-h200-$name-dmon.txt" \
+    --exit-code "$(cat "$W/$name.rc")" --format json > "$W/triage-$name.json" 2> "$W/triage-$name.err"
+  echo "triage $name -> $("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['cause'], d['confidence'])" "$W/triage-$name.json" 2>/dev/null)"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$W/gpu.csv" 2>&1
+(dmesg 2>/dev/null | tail -n 200 | grep -iE "nvrm|xid|oom" > "$W/dmesg-tail.txt") || true
+echo "total $(($(date +%s) - START)) s"
+tar czf "$OUT/oom.tgz" -C "$W" corpus gpu.csv dmesg-tail.txt $(cd "$W" && ls triage-*.json triage-*.err *.rc)
+rm -rf "$W"
+echo "wrote $OUT/oom.tgz"
