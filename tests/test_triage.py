@@ -246,10 +246,10 @@ def test_oom_with_another_process_holding_the_card_is_a_startup_free_memory_prob
 
 # ---------------------------------------------------------------------------------- run directories
 def _run_dir(tmp_path: Path) -> Path:
+    """The layout of tuner/rundir.py: attempt 1 at the top level, relaunches in attempt-N/."""
     run = tmp_path / "run"
-    (run / "attempt-1").mkdir(parents=True)
-    (run / "attempt-2").mkdir()
-    (run / "attempt-1" / "vllm.log").write_text("INFO Application startup complete.\n")
+    (run / "attempt-2").mkdir(parents=True)
+    (run / "vllm.log").write_text("INFO Application startup complete.\n")
     (run / "attempt-2" / "vllm.log").write_text(KV_LINE + "\n")
     argv = [
         "python",
@@ -261,8 +261,9 @@ def _run_dir(tmp_path: Path) -> Path:
         "--port",
         "8000",
     ]
-    (run / "command.json").write_text(json.dumps({"argv": argv, "env": {}}))
-    (run / "exit.json").write_text(json.dumps({"returncode": 1, "signal": None, "stage": "start"}))
+    for d in (run, run / "attempt-2"):
+        (d / "command.json").write_text(json.dumps({"argv": argv, "env": {}}))
+        (d / "exit.json").write_text(json.dumps({"returncode": 1, "signal": None, "stage": "startup"}))
     return run
 
 
@@ -271,7 +272,7 @@ def test_run_directory_uses_the_last_attempt_and_its_fix_applies_to_the_command(
     d = diagnose(run)
     assert d.cause == "kv_cache_too_small_for_max_model_len"
     assert d.log is not None and d.log.endswith("attempt-2/vllm.log")
-    argv = json.loads((run / "command.json").read_text())["argv"]
+    argv = json.loads((run / "attempt-2" / "command.json").read_text())["argv"]
     new = apply_flag_changes(argv, d.remediation.flag_changes)
     assert new.count("--max-model-len") == 1 and new[new.index("--max-model-len") + 1] == "7936"
     assert "--max-model-len=65536" not in new

@@ -63,10 +63,14 @@ def test_corpus_accuracy_per_label_and_no_memory_label_on_non_memory_failures(
     total: Counter[str] = Counter()
     right: Counter[str] = Counter()
     wrong_memory = []
+    held = [0, 0]
     for name, meta in CASES:
         diag = _run(name, meta)
         total[meta["label"]] += 1
         right[meta["label"]] += diag.cause == meta["label"]
+        if meta.get("heldout"):
+            held[0] += diag.cause == meta["label"]
+            held[1] += 1
         if meta["label"] not in memory and diag.cause in memory:
             wrong_memory.append((name, diag.cause))
     with capsys.disabled():
@@ -75,5 +79,6 @@ def test_corpus_accuracy_per_label_and_no_memory_label_on_non_memory_failures(
             print(f"  {label:40s} {right[label]:3d}/{total[label]:<3d}")
         overall = sum(right.values()) / sum(total.values())
         print(f"  {'overall':40s} {sum(right.values()):3d}/{sum(total.values()):<3d} = {overall:.1%}")
+        print(f"  {'of which held out (collected after)':40s} {held[0]:3d}/{held[1]:<3d}")
     assert overall >= 0.90
     assert not wrong_memory, f"memory label on a non-memory failure: {wrong_memory}"

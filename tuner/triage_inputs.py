@@ -85,10 +85,10 @@ def locate_run(path: Path) -> RunFiles:
         files.attempt = base.name
 
     def first(*names: str) -> Path | None:
-        for d in (base, path):
-            for n in names:
-                if (d / n).is_file():
-                    return d / n
+        # each attempt has its own files (tuner/rundir.py); never mix another attempt's records in
+        for n in names:
+            if (base / n).is_file():
+                return base / n
         return None
 
     files.log = first(*RUN_LOG_NAMES)
