@@ -599,3 +599,36 @@ def test_auto_fix_gives_up_after_n_attempts(
     rc = run_launch(tmp_path, fake_server, port, auto_fix=0, extra_args=["--max-model-len", "4096"])
     assert rc == 1
     assert not (tmp_path / "run" / "attempt-2").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# the real command line and the real plan (no vLLM start)
+# ------------------------------------------------------------------------------------------------
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "VLLM_CPU_KVCACHE_SPACE")}
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", "launch", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_dry_run_of_the_tiny_model_shows_the_numactl_command(tiny_llama: Path, tmp_path: Path) -> None:
+    res = _cli("--model", str(tiny_llama), "--port", "8123", "--dry-run", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    line = res.stdout.strip().splitlines()[-1]
+    assert "VLLM_CPU_KVCACHE_SPACE=" in line
+    assert "--cpunodebind=" in line and "-m vllm.entrypoints.openai.api_server" in line
+    assert f"--model {tiny_llama}" in line and "--port 8123" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_refuses_an_open_bind_with_exit_1_and_one_message(tiny_llama: Path, tmp_path: Path) -> None:
+    res = _cli("--model", str(tiny_llama), "--host", "0.0.0.0", cwd=tmp_path)
+    assert res.returncode == 1
+    assert "without an API key" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "runs").exists()

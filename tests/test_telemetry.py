@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuner.gpu import NvmlSampler
-from tuner.rundir import EventLog, read_events
+from tuner.rundir import TELEMETRY_COLUMNS, EventLog, read_events
 from tuner.telemetry import (
     DmonParser,
     Recorder,
@@ -27,6 +30,7 @@ from tuner.telemetry import (
 )
 
 LOCAL = Path(__file__).resolve().parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,3 +328,41 @@ def test_recorder_without_a_gpu_says_so_and_writes_headers(tmp_path: Path) -> No
     assert (tmp_path / "telemetry.csv").read_text().startswith("time,gpu,mem_used_mib,mem_total_mib")
     msgs = [e["message"] for e in read_events(tmp_path / "events.jsonl")]
     assert any("Driver Not Loaded" in m for m in msgs)
+
+
+# ------------------------------------------------------------------------------------------------
+# python -m tuner.telemetry
+# ------------------------------------------------------------------------------------------------
+def _module(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.telemetry", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_dmon_command_converts_a_capture_to_telemetry_rows(shared_fixtures: Path) -> None:
+    res = _module("dmon", str(shared_fixtures / "gpu-oom" / "oom-spike-dmon.txt"))
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(res.stdout.splitlines()))
+    assert rows and set(rows[0]) == set(TELEMETRY_COLUMNS)
+    assert max(float(r["mem_used_mib"]) for r in rows) > 100_000
+
+
+def test_dmon_command_on_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    res = _module("dmon", str(tmp_path / "nope.txt"))
+    assert res.returncode == 2 and "nope.txt" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_record_command_without_a_gpu_reports_why_and_exits_1(tmp_path: Path) -> None:
+    res = _module("record", "--out", str(tmp_path), "--interval", "0.1", "--duration", "0.3")
+    if res.returncode == 0:
+        pytest.skip("this machine has a GPU")
+    assert res.returncode == 1
+    summary = json.loads(res.stdout)
+    assert summary["samples"] == 0 and summary["nvml"] != "ok"
+    assert (tmp_path / "telemetry.csv").is_file()

@@ -49,6 +49,12 @@ def test_corpus_is_labelled_with_known_causes_and_sources() -> None:
 @pytest.mark.parametrize(("name", "meta"), CASES, ids=[n for n, _ in CASES])
 def test_corpus_case_gets_its_label(name: str, meta: dict[str, Any]) -> None:
     diag = _run(name, meta)
+    if meta.get("known_miss"):
+        # A real failure whose log carries no evidence for its true label: it stays labelled truthfully
+        # and counts as a miss in the accuracy figures. If triage starts getting it right, say so.
+        if diag.cause == meta["label"]:
+            pytest.fail(f"{name} is marked known_miss but now gets its label: drop known_miss from its .toml")
+        pytest.xfail(f"known miss: {meta['known_miss']}")
     assert diag.cause == meta["label"], f"{name}: {diag.cause} ({diag.confidence}) expected {meta['label']}"
     if meta.get("stage"):
         assert diag.stage == meta["stage"], f"{name}: stage {diag.stage} expected {meta['stage']}"

@@ -151,6 +151,7 @@ class Plan:
     vllm_version_assumed: bool
     vllm_dist: str | None = None
     vllm_help_source: str = ""
+    vllm_flags_checked: bool = False  # the arguments were checked against the installed vLLM's --help
     kv_cache_bytes: int = 0  # per GPU
     kv_cache_dtype: str = "auto"
     max_len_fits: int = 0  # the longest --max-model-len the KV cache admits
@@ -210,6 +211,7 @@ class Plan:
             "vllm_version_assumed": self.vllm_version_assumed,
             "vllm_dist": self.vllm_dist,
             "vllm_help_source": self.vllm_help_source,
+            "vllm_flags_checked": self.vllm_flags_checked,
             "model": dict(self.model),
             "nearest_plan": self.nearest_plan.to_dict() if self.nearest_plan else None,
         }
@@ -349,6 +351,7 @@ class Device:
     numa_node: int | None
     source: str  # "nvml" | "nvidia-smi.xml" | "--gpu-mem"
     other_processes: tuple[str, ...] = ()
+    pci_bus_ids: tuple[str, ...] = ()  # sysfs spelling ("0000:81:00.0") of the GPUs planned for
 
 
 @dataclass(frozen=True)
@@ -360,16 +363,23 @@ class HostFacts:
     numa_free: int | None
     numa_reason: str
     vllm: VllmHelp
+    # The node a GPU launch binds to (tuner/probes/numa.py launch_node) and why; an empty reason means
+    # "not looked up" (hand-built facts): the plan then takes the Device's own numa_node.
+    gpu_numa_node: int | None = None
+    gpu_numa_reason: str = ""
 
 
 def gather_facts(req: PlanRequest, host: Host, vllm: VllmHelp | None = None) -> HostFacts:
     """Read what the plan needs: GPUs (NVML / snapshot XML), host memory, NUMA nodes, vLLM's flags."""
+    from tuner.probes import Facts
     from tuner.probes.memory import read_meminfo
     from tuner.vllm_cli import vllm_help
 
+    probes = Facts(host)
     meminfo, _ = read_meminfo(host)
     mem_available = meminfo.get("MemAvailable", meminfo.get("MemFree"))
-    node, node_free, numa_reason = _numa(host)
+    numa = _numa_facts(probes)
+    node, node_free, numa_reason = cpu_numa(numa)
     device: Device | None = None
     gpu_reason = ""
     if req.gpu_mem:
@@ -378,35 +388,83 @@ def gather_facts(req: PlanRequest, host: Host, vllm: VllmHelp | None = None) -> 
             f"a {req.gpu_mem} card", max(1, req.gpus or 1), total, total, None, None, None, None, "--gpu-mem"
         )
     else:
-        device, gpu_reason = _live_devices(host, req.gpus)
+        device, gpu_reason = _live_devices(probes, req.gpus)
+    gpu_node, gpu_node_reason = gpu_numa(numa, device)
     if vllm is None:
         vllm = vllm_help(host if host.live else None)
-    return HostFacts(device, gpu_reason, mem_available, node, node_free, numa_reason, vllm)
+    return HostFacts(
+        device, gpu_reason, mem_available, node, node_free, numa_reason, vllm, gpu_node, gpu_node_reason
+    )
 
 
-def _numa(host: Host) -> tuple[int | None, int | None, str]:
-    """The node with the most free memory (tuner/probes/numa.py), from /sys/devices/system/node."""
-    from tuner.probes.numa import NumaFacts, node_with_most_free_memory, read_nodes
+def _numa_facts(probes: Any) -> Any:
+    """tuner/probes/numa.py's facts (nodes from /sys/devices/system/node, each GPU's node from NVML or
+    /sys/bus/pci/devices/<id>/numa_node); None when the probe breaks (the plan then launches unbound)."""
+    try:
+        return probes.get("numa")
+    except Exception:  # the NUMA probe is another module; a broken sysfs must not break the plan
+        return None
 
-    nodes, why = read_nodes(host)
+
+def cpu_numa(numa: Any) -> tuple[int | None, int | None, str]:
+    """CPU target: the node with the most free memory (vLLM's CPU backend keeps weights and KV cache in
+    host RAM, so the node's free memory is what it can use)."""
+    from tuner.probes.numa import node_with_most_free_memory
+
+    nodes = tuple(numa.nodes) if numa is not None else ()
     if not nodes:
+        why = (numa.nodes_reason if numa is not None else "") or "the NUMA probe failed"
         return None, None, f"no NUMA nodes reported ({why})"
-    facts = NumaFacts(nodes=nodes, balancing=None, process_cpus=None, gpu_nodes={})
-    node = node_with_most_free_memory(facts)
+    node = node_with_most_free_memory(numa)
     if node is None:
         return None, None, "no node reports its free memory"
     free = next(n.mem_free for n in nodes if n.id == node)
     if len(nodes) == 1:
         return node, free, f"node {node} is this host's only NUMA node ({_gib(free or 0)} free)"
-    return node, free, f"node {node} has the most free memory ({_gib(free or 0)}) of {len(nodes)} nodes"
+    return node, free, (
+        f"CPU backend: node {node} has the most free memory ({_gib(free or 0)}) of {len(nodes)} nodes;"
+        " weights and KV cache live in host RAM"
+    )
 
 
-def _live_devices(host: Host, want: int | None) -> tuple[Device | None, str]:
-    from tuner.gpu import read_gpus
+def gpu_numa(numa: Any, dev: Device | None) -> tuple[int | None, str]:
+    """GPU target: the node of the GPU (tuner/probes/numa.py launch_node): NVML's NUMA node id, else the
+    PCI device's /sys/bus/pci/devices/<id>/numa_node; on a multi-node host where no GPU reports one, the
+    node with the most free memory; None on a one-node host, where binding changes nothing."""
+    from tuner.probes.numa import launch_node, node_with_most_free_memory
+
+    if dev is None:
+        return None, ""
+    if numa is None or not numa.nodes:
+        why = (numa.nodes_reason if numa is not None else "") or "the NUMA probe failed"
+        return None, f"no NUMA nodes reported ({why}); launch unbound"
+    if not numa.multi_node:
+        return None, "one NUMA node with CPUs on this host: binding changes nothing; launch unbound"
+    wanted = [b.lower() for b in dev.pci_bus_ids] or None
+    node = launch_node(numa, wanted)
+    if node is None:
+        return None, "no GPU reports its NUMA node and no node its free memory; launch unbound"
+    for g in numa.gpus:
+        if (wanted is None or g.pci_bus_id in wanted) and g.node == node:
+            where = "NVML nvmlDeviceGetNumaNodeId" if g.node_source == "nvml" else (
+                f"/sys/bus/pci/devices/{g.pci_bus_id}/numa_node"
+            )
+            note = " (--gpu-mem: this host's GPU)" if dev.source == "--gpu-mem" else ""
+            return node, f"GPU {g.pci_bus_id}{' ' + g.name if g.name else ''} is on node {node} ({where}){note}"
+    if node == node_with_most_free_memory(numa):
+        free = next((n.mem_free for n in numa.nodes if n.id == node), None)
+        return node, (
+            f"no GPU reports its NUMA node; node {node} has the most free memory ({_gib(free or 0)})"
+            f" of {len(numa.nodes)} nodes"
+        )
+    return node, f"node {node}"
+
+
+def _live_devices(probes: Any, want: int | None) -> tuple[Device | None, str]:
     from tuner.host import State
 
     try:
-        inv = read_gpus(host)
+        inv = probes.get("gpu")  # tuner/probes/gpu.py: tuner.gpu.read_gpus with process names
     except Exception as exc:  # the GPU adapter is another module; a broken driver must not break the plan
         return None, f"GPU inventory failed: {exc}"
     if inv.state is not State.OK or not inv.gpus:
@@ -432,6 +490,7 @@ def _live_devices(host: Host, want: int | None) -> tuple[Device | None, str]:
         numa_node=small.numa_node,
         source=inv.source or "nvml",
         other_processes=others,
+        pci_bus_ids=tuple(str(g.pci_bus_id).lower() for g in gpus),
     ), ""
 
 
@@ -891,8 +950,9 @@ def _plan_gpu(
         warnings,
         feasible,
         reason or _ok_reason(spec, dev, tokens, max_len),
-        numa_node=dev.numa_node,
-        numa_reason=(
+        numa_node=facts.gpu_numa_node if facts.gpu_numa_reason else dev.numa_node,
+        numa_reason=facts.gpu_numa_reason
+        or (
             f"GPU's NUMA node {dev.numa_node} ({dev.source})"
             if dev.numa_node is not None
             else "the GPU's NUMA node is not reported (single-node host or VM); launch unbound"
@@ -1191,6 +1251,7 @@ def _assemble(
         vllm_version_assumed=help_.version is None,
         vllm_dist=help_.dist,
         vllm_help_source=help_.source,
+        vllm_flags_checked=help_.known,
         kv_cache_bytes=kv_bytes,
         kv_cache_dtype=kv_dtype,
         max_len_fits=fits,
@@ -1221,15 +1282,26 @@ def _user_text(user: list[UserArg], flag: str) -> str:
 # --------------------------------------------------------------------------------------------------
 # rendering and the command
 # --------------------------------------------------------------------------------------------------
+def _vllm_line(plan: Plan) -> str:
+    """Which vLLM the plan was made for, and where its flags came from."""
+    if plan.vllm_version_assumed:
+        return (
+            f"vLLM: {plan.vllm_version} assumed: vLLM is not installed here, so the arguments were not"
+            " checked against its --help"
+        )
+    name = f"vLLM: {plan.vllm_dist or 'vllm'} {plan.vllm_version}"
+    if plan.vllm_flags_checked:
+        return f"{name}; flags checked against {plan.vllm_help_source}"
+    return f"{name}; flags not checked ({plan.vllm_help_source or 'its --help was not read'})"
+
+
 def render_text(plan: Plan) -> str:
     """Plain text for pipes and logs: every number and the reason for each argument."""
     lines = [
         f"plan: {'FEASIBLE' if plan.feasible else 'REFUSED'} -- {plan.reason}",
         f"target: {plan.target} ({plan.device.get('name', '?')}, {plan.device.get('source', '')})",
         f"model: {plan.model_name} -> --model {plan.model_path}",
-        f"vLLM: {plan.vllm_dist or 'vllm'} {plan.vllm_version}"
-        + (" (assumed: not installed here)" if plan.vllm_version_assumed else "")
-        + f"; flags from {plan.vllm_help_source or 'nowhere'}",
+        _vllm_line(plan),
         f"weights: {plan.weights_bytes} bytes ({_gib(plan.weights_bytes)}; {plan.weights_method};"
         f" {plan.weights_scheme})",
         f"kv bytes/token: {plan.kv_bytes_per_token} ({plan.kv_cache_dtype})",
@@ -1282,7 +1354,11 @@ def render_rich(plan: Plan) -> None:
     nums.add_row(
         "vLLM",
         f"{plan.vllm_version}",
-        ("assumed (not installed)" if plan.vllm_version_assumed else plan.vllm_help_source),
+        (
+            "assumed (vLLM not installed here; arguments not checked)"
+            if plan.vllm_version_assumed
+            else ("flags from " if plan.vllm_flags_checked else "flags not checked: ") + plan.vllm_help_source
+        ),
     )
     nums.add_row(
         "weights_bytes", f"{plan.weights_bytes:,}", f"{_gib(plan.weights_bytes)}; {plan.weights_method}"

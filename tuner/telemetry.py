@@ -26,6 +26,7 @@ import calendar
 import contextlib
 import math
 import re
+import signal
 import sys
 import threading
 import time
@@ -609,7 +610,8 @@ def dmesg_reader(host: Any = None) -> KernelLogReader:
 # python -m tuner.telemetry record ...
 # ----------------------------------------------------------------------------------------------
 def record(out: Path, interval: float, duration: float) -> int:
-    """Run the NVML recorder alone for ``duration`` seconds into ``out``; prints a JSON summary."""
+    """Run the NVML recorder alone for ``duration`` seconds (or until SIGINT/SIGTERM) into ``out``;
+    prints a JSON summary (samples, CPU seconds and % of one core over the wall time)."""
     import json
     import resource
 
@@ -620,11 +622,14 @@ def record(out: Path, interval: float, duration: float) -> int:
     sampler = NvmlSampler()
     sampler.open()  # NVML's import and init are not part of the steady cost measured below
     rec = Recorder(out, events=events, interval=interval, sampler=sampler, kernel_log=dmesg_reader())
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # stop early, and cleanly, on Ctrl-C or kill
+        signal.signal(sig, lambda *_: done.set())
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     rec.start()
     with contextlib.suppress(KeyboardInterrupt):
-        time.sleep(duration)
+        done.wait(duration)
     rec.stop()
     wall = time.monotonic() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)

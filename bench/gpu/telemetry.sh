@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-DURATION=58
+DURATION=170  # a cap: the recorders are stopped (SIGTERM) 3 s after the workload ends
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$WORK/nvidia-smi-query.txt" || true
 
@@ -72,6 +72,8 @@ for i in range(4):  # down again, each level held 4 s
 mark("end")
 PY
 
+sleep 3
+kill -TERM "$REC10" "$REC1" 2>/dev/null || true
 wait "$REC10" "$REC1" || true
 # 4. dmon's CPU time over its life, read just before it is stopped
 python3 - "$DMON" "$WORK" <<'PY'
