@@ -70,7 +70,8 @@ FAKE_SERVER = textwrap.dedent(
               " also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing"
               " the engine.", flush=True)
         print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
-        engine.kill()
+        if not os.environ.get("FAKE_ORPHAN"):  # else the engine outlives the server, orphaned
+            engine.kill()
         sys.exit(1)
     print(f"(EngineCore pid=1) INFO [kv_cache_utils.py:2327] CPU KV cache size: {capacity:,} tokens",
           flush=True)
@@ -348,6 +349,19 @@ def test_server_dying_before_ready_is_recorded_with_its_log(
     assert exit_["returncode"] == 1
     assert "estimated maximum model length" in (run / "vllm.log").read_text()
     assert not _descendants_alive(str(tmp_path / "fake_vllm.py"))
+
+
+def test_processes_orphaned_by_a_dead_server_are_stopped_too(
+    tmp_path: Path, fake_server: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_KV_TOKENS", "2048")
+    monkeypatch.setenv("FAKE_ORPHAN", "1")
+    rc = run_launch(tmp_path, fake_server, free_port(), extra_args=["--max-model-len", "4096"])
+    assert rc == 1
+    ended = next(e for e in read_events(tmp_path / "run" / "events.jsonl") if e["kind"] == "exit")
+    assert len(ended["data"]["leftovers"]) >= 1  # the engine (and its worker) outlived the server
+    assert not _descendants_alive(str(tmp_path / "fake_vllm.py"))
+    assert ended["data"]["left_running"] == []
 
 
 def test_port_in_use_refuses_with_a_clear_message(

@@ -364,6 +364,9 @@ def main() -> None:
     """Console-script entry point: maps errors to exit codes and one-line messages."""
     try:
         # Without standalone mode click *returns* the code of a typer.Exit instead of raising it.
+        from tuner.typer_compat import coerce_without_pydantic
+
+        coerce_without_pydantic()
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as exc:

@@ -298,6 +298,21 @@ def tree_pids(pid: int) -> list[int]:
         return []
 
 
+def group_pids(pgid: int) -> list[int]:
+    """Processes of process group ``pgid``: they outlive a dead leader (vLLM's engine after its
+    API server died) and are no longer its descendants then."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
 def stop_process_tree(
     proc: subprocess.Popen[bytes] | int, timeout: float = STOP_TIMEOUT_S, extra: Sequence[int] = ()
 ) -> StopReport:
@@ -312,7 +327,7 @@ def stop_process_tree(
     pid = proc if isinstance(proc, int) else proc.pid
     popen_pid = None if isinstance(proc, int) else pid
     procs: dict[int, psutil.Process] = {}
-    for p in [pid, *tree_pids(pid), *extra]:
+    for p in [pid, *tree_pids(pid), *group_pids(pid), *extra]:
         with contextlib.suppress(psutil.Error):
             procs[p] = psutil.Process(p)
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -324,7 +339,7 @@ def stop_process_tree(
     # Grandchildren may spawn while the tree shuts down: look again until the tree is gone.
     while time.monotonic() < deadline:
         _reap(proc)
-        for c in tree_pids(pid):
+        for c in [*tree_pids(pid), *group_pids(pid)]:
             if c not in procs:
                 with contextlib.suppress(psutil.Error):
                     procs[c] = psutil.Process(c)
@@ -863,7 +878,14 @@ class Launch:
         self._capture_dmesg(n)
         self._write_exit(n, rc, stage, reason)
         self.run.event(
-            "exit", reason, attempt=n, returncode=rc, signal=sig, stage=stage, leftovers=report.killed
+            "exit",
+            reason,
+            attempt=n,
+            returncode=rc,
+            signal=sig,
+            stage=stage,
+            leftovers=[p for p in report.pids if p != proc.pid],  # stopped with it
+            left_running=report.left,
         )
         say(reason)
         tail = _log_tail(self.run.attempt(n) / VLLM_LOG, LOG_TAIL_LINES)

@@ -421,9 +421,13 @@ def cpu_numa(numa: Any) -> tuple[int | None, int | None, str]:
     free = next(n.mem_free for n in nodes if n.id == node)
     if len(nodes) == 1:
         return node, free, f"node {node} is this host's only NUMA node ({_gib(free or 0)} free)"
-    return node, free, (
-        f"CPU backend: node {node} has the most free memory ({_gib(free or 0)}) of {len(nodes)} nodes;"
-        " weights and KV cache live in host RAM"
+    return (
+        node,
+        free,
+        (
+            f"CPU backend: node {node} has the most free memory ({_gib(free or 0)}) of {len(nodes)} nodes;"
+            " weights and KV cache live in host RAM"
+        ),
     )
 
 
@@ -446,11 +450,14 @@ def gpu_numa(numa: Any, dev: Device | None) -> tuple[int | None, str]:
         return None, "no GPU reports its NUMA node and no node its free memory; launch unbound"
     for g in numa.gpus:
         if (wanted is None or g.pci_bus_id in wanted) and g.node == node:
-            where = "NVML nvmlDeviceGetNumaNodeId" if g.node_source == "nvml" else (
-                f"/sys/bus/pci/devices/{g.pci_bus_id}/numa_node"
+            where = (
+                "NVML nvmlDeviceGetNumaNodeId"
+                if g.node_source == "nvml"
+                else (f"/sys/bus/pci/devices/{g.pci_bus_id}/numa_node")
             )
             note = " (--gpu-mem: this host's GPU)" if dev.source == "--gpu-mem" else ""
-            return node, f"GPU {g.pci_bus_id}{' ' + g.name if g.name else ''} is on node {node} ({where}){note}"
+            gpu = f"GPU {g.pci_bus_id}" + (f" ({g.name})" if g.name else "")
+            return node, f"{gpu} is on NUMA node {node} ({where}){note}"
     if node == node_with_most_free_memory(numa):
         free = next((n.mem_free for n in numa.nodes if n.id == node), None)
         return node, (
@@ -497,12 +504,55 @@ def _live_devices(probes: Any, want: int | None) -> tuple[Device | None, str]:
 # --------------------------------------------------------------------------------------------------
 # the arithmetic
 # --------------------------------------------------------------------------------------------------
-def activation_peak_bytes(spec: ModelSpec, batched_tokens: int, max_seqs: int, tp: int = 1) -> int:
+@dataclass(frozen=True)
+class LogitsProfile:
+    """The logits vLLM's profile run materialises: rows x vocab x bytes x copies."""
+
+    rows: str  # "seqs": one row per request (max_num_seqs); "batched": every batched token
+    bytes_per_value: int
+    copies: int
+    source: str
+
+
+SAMPLER_LOGITS = LogitsProfile(
+    "seqs",
+    4,
+    LOGITS_COPIES,
+    "the sampler's dummy run: max_num_seqs rows of fp32 logits, probabilities and log-probabilities"
+    " (vllm/v1/worker/gpu_model_runner.py _dummy_sampler_run; vllm/worker/model_runner.py profile_run in V0)",
+)
+V1_07_LOGITS = LogitsProfile(
+    "batched",
+    2,
+    1,
+    "vLLM 0.7.x V1 engine (VLLM_USE_V1=1): vllm/v1/worker/gpu_model_runner.py profile_run computes"
+    " logits for all max_num_batched_tokens rows in the model dtype and runs no sampler ('TODO(woosuk):"
+    " Consider the memory usage of the sampler'); one row per request and a dummy sampler run came"
+    " with vllm-project/vllm#13594 (0.8)",
+)
+
+
+def logits_profile(version: str | None, env: Mapping[str, str]) -> LogitsProfile:
+    """Which logits the start-up profile of this vLLM version holds at its peak."""
+    v = _version_tuple(version)
+    if v and (0, 7, 0) <= v < (0, 8, 0) and env.get("VLLM_USE_V1", "").strip() == "1":
+        return V1_07_LOGITS
+    return SAMPLER_LOGITS
+
+
+def activation_peak_bytes(
+    spec: ModelSpec,
+    batched_tokens: int,
+    max_seqs: int,
+    tp: int = 1,
+    logits: LogitsProfile = SAMPLER_LOGITS,
+) -> int:
     """vLLM's profile_run peak beyond the weights (see OVERHEAD_SOURCES["activation_peak"])."""
     per_token = (3 * spec.intermediate_size // max(1, tp) + 3 * spec.hidden_size) * 2
     # the MLP is split across TP ranks; the logits are gathered whole on the first rank
-    logits = max_seqs * spec.vocab_size * 4 * LOGITS_COPIES
-    return batched_tokens * per_token + logits + ACT_WORKSPACE
+    rows = batched_tokens if logits.rows == "batched" else max_seqs
+    logits_bytes = rows * spec.vocab_size * logits.bytes_per_value * logits.copies
+    return batched_tokens * per_token + logits_bytes + ACT_WORKSPACE
 
 
 def cuda_graph_bytes(spec: ModelSpec, eager: bool) -> int:
@@ -579,11 +629,12 @@ def _gpu_math(
     k: _Knobs,
     block: int,
     graphs_counted: bool = True,
+    logits: LogitsProfile = SAMPLER_LOGITS,
 ) -> _GpuMath:
     budget = math.ceil(dev.total * k.util)
     weights_pg = max(0, w.per_gpu(tp) - int(k.offload_gib * GiB))
     nt = non_torch_bytes(tp)
-    act = activation_peak_bytes(spec, k.batched, k.seqs, tp)
+    act = activation_peak_bytes(spec, k.batched, k.seqs, tp, logits)
     graphs = cuda_graph_bytes(spec, k.eager) if graphs_counted else 0
     kv = budget - weights_pg - nt - act - graphs
     if k.kv_memory is not None:  # --kv-cache-memory-bytes: vLLM skips profiling and uses it as given
@@ -754,11 +805,12 @@ def _plan_gpu(
     )
     squeeze: list[str] = []
     graphs_counted, graphs_why = cuda_graphs_counted(facts.vllm.version, req.env)
+    logits = logits_profile(facts.vllm.version, req.env)
     target = min(spec.max_position_embeddings, SQUEEZE_TARGET)
-    m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted)
+    m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted, logits)
 
     def need_more() -> bool:
-        return _gpu_math(spec, w, dev, tp, k, block, graphs_counted).fits < target
+        return _gpu_math(spec, w, dev, tp, k, block, graphs_counted, logits).fits < target
 
     # Shrink what can shrink, in the order that costs least, before reaching for offload.
     if need_more() and user_util is None and util_cap > k.util:
@@ -778,7 +830,7 @@ def _plan_gpu(
     if need_more() and user_eager is None:
         k.eager = True
         squeeze.append("--enforce-eager (no CUDA graph pool)")
-    m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted)
+    m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted, logits)
     offload_needed = m.fits < min(spec.max_position_embeddings, MIN_CONTEXT)
     if offload_needed and user_offload is None:
         # Offload just enough weights that OFFLOAD_CONTEXT tokens fit, in whole GiB.
@@ -788,14 +840,14 @@ def _plan_gpu(
         squeeze.append(
             f"--cpu-offload-gb {k.offload_gib:g} (weights do not fit beside a {want_len}-token KV cache)"
         )
-        m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted)
+        m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted, logits)
     # the 24 GB tier serves <= 4K with offload
     len_cap = OFFLOAD_CONTEXT if k.offload_gib else MAX_PLANNED_LEN
     max_len = user_len if user_len is not None else min(spec.max_position_embeddings, len_cap, m.fits)
     if user_len is None and max_len >= 4096:
         max_len -= max_len % 256
     k.max_len = max_len
-    m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted)
+    m = _gpu_math(spec, w, dev, tp, k, block, graphs_counted, logits)
     tokens = m.tokens
     concurrency = tokens / max_len if max_len > 0 else 0.0
 
@@ -924,7 +976,12 @@ def _plan_gpu(
             + (f", {_gib(offload_bytes)} offloaded" if offload_bytes else ""),
         ),
         MemoryTerm("non_torch", m.non_torch, OVERHEAD_SOURCES["non_torch"]),
-        MemoryTerm("activation_peak", m.activation, OVERHEAD_SOURCES["activation_peak"]),
+        MemoryTerm(
+            "activation_peak",
+            m.activation,
+            OVERHEAD_SOURCES["activation_peak"]
+            + ("" if logits is SAMPLER_LOGITS else f"; here: {logits.source}"),
+        ),
         MemoryTerm("cuda_graphs", m.graphs, OVERHEAD_SOURCES["cuda_graphs"] + f"; {graphs_why}"),
         MemoryTerm("kv_cache", max(0, m.kv_bytes), OVERHEAD_SOURCES["kv_cache"]),
     )

@@ -78,8 +78,13 @@ sys.exit(0 if a == b else 1)
 PYEOF
 
 # Timing: doctor against torch's collect_env in the same run (bench/doctor.py when present).
+# Twice: as the environment is (site-packages may lack bytecode: then every run of either command
+# compiles it), and with a private bytecode cache for both, as on a host that compiled at install.
 if [ -f bench/doctor.py ]; then
   step bench-doctor "$PY" bench/doctor.py
+  PYC=$(mktemp -d /tmp/gputune-pyc-XXXXXX)
+  step bench-doctor-pycache "$PY" bench/doctor.py --pycache-prefix "$PYC"
+  rm -rf "$PYC"
 else
   for i in 1 2 3 4 5; do step "doctor-time-$i" "$PY" -m tuner doctor --format json; done
   step collect-env "$PY" -m torch.utils.collect_env

@@ -94,11 +94,11 @@ def predict(case: Case) -> Plan:
     ]  # fmt: skip
     if tp > 1:
         extra += ["--tensor-parallel-size", str(tp)]
-    env = (
-        {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
-        if run.get("cuda_graphs_subtracted") is False
-        else {}
-    )
+    env: dict[str, str] = {}
+    if run.get("cuda_graphs_subtracted") is False:
+        env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] = "0"
+    if run.get("engine") == "v1":
+        env["VLLM_USE_V1"] = "1"
     req = PlanRequest(model=case.name, extra_args=tuple(extra), env=env)
     return compute_plan(req, case.spec(), facts)
 
@@ -106,7 +106,7 @@ def predict(case: Case) -> Plan:
 def planned_tokens(case: Case, plan: Plan) -> int:
     """The plan's capacity in the unit the log used: whole blocks x 16 for "# GPU blocks" logs (vLLM V0
     reported blocks, not the max_model_len-rounded token count vLLM 0.32 logs)."""
-    if "gpu_blocks" in case.logged:
+    if "gpu_blocks" in case.logged or case.run.get("tokens_reported") == "blocks":
         return plan.kv_cache_bytes // (16 * plan.kv_bytes_per_token) * 16
     return plan.kv_cache_tokens
 

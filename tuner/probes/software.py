@@ -4,8 +4,8 @@ Nothing here imports torch or vLLM. Sources:
 - driver version and highest supported CUDA: the GPU probe (NVML
   ``nvmlSystemGetDriverVersion``/``nvmlSystemGetCudaDriverVersion_v2``, or the
   snapshot's ``nvidia-smi.xml`` ``<driver_version>``/``<cuda_version>``);
-- packages, live: ``importlib.metadata`` (dist-info ``METADATA`` ``Version`` and
-  ``Requires-Dist``); torch's CUDA build from ``torch/version.py`` (``cuda = '12.8'``)
+- packages, live: dist-info ``METADATA`` ``Version`` and ``Requires-Dist`` found along
+  ``sys.path`` as ``importlib.metadata`` finds them; torch's CUDA build from ``torch/version.py`` (``cuda = '12.8'``)
   read as text, else its local version (``2.9.0+cu128``), else its
   ``nvidia-cuda-runtime-cu12`` requirement or the installed runtime wheel;
 - packages, snapshot: ``packages.json`` (written by ``gputune snapshot``: name,
@@ -16,6 +16,7 @@ Nothing here imports torch or vLLM. Sources:
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import sys
@@ -288,24 +289,106 @@ def _runtime_from_packages(packages: dict[str, Package]) -> tuple[int, int] | No
 
 
 def live_packages() -> tuple[dict[str, Package], str | None]:
-    """torch, vLLM and CUDA runtime wheels by name (importlib.metadata); and torch/version.py's text."""
-    import importlib.metadata as md
+    """torch, vLLM and CUDA runtime wheels by name; and torch/version.py's text.
 
+    Reads ``<name>-<version>.dist-info/METADATA`` (``Version``, ``Requires-Dist``) from the first
+    ``sys.path`` entry holding the package, the lookup ``importlib.metadata.distribution`` makes,
+    without importing importlib.metadata and the email parser (a third of the doctor's run time on
+    a bare interpreter). ``.egg-info`` installs go through importlib.metadata."""
     found: dict[str, Package] = {}
     version_py: str | None = None
     runtimes = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime")
-    for wanted in ("torch", *VLLM_NAMES, *runtimes):
-        try:
-            dist = md.distribution(wanted)
-        except md.PackageNotFoundError:
+    wanted = ("torch", *VLLM_NAMES, *runtimes)
+    located = _locate_dists({_dist_key(n) for n in wanted})
+    for name in wanted:
+        where = located.get(_dist_key(name))
+        if where is None:
             continue
-        found[wanted] = Package(wanted, dist.version, tuple(dist.requires or ()))
-        if wanted == "torch":
+        pkg = _read_dist_info(name, where) if where.lower().endswith(".dist-info") else None
+        if pkg is None:
+            pkg = _read_with_importlib(name)
+            if pkg is None:
+                continue
+        found[name] = pkg
+        if name == "torch":
             try:
-                version_py = Path(str(dist.locate_file("torch/version.py"))).read_text(errors="replace")
+                version_py = Path(where).parent.joinpath("torch", "version.py").read_text(errors="replace")
             except OSError:
                 version_py = None
     return found, version_py
+
+
+def _dist_key(name: str) -> str:
+    """importlib.metadata's ``Prepared.normalize``: ``Foo.Bar-baz`` -> ``foo_bar_baz``."""
+    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+
+
+def _locate_dists(keys: set[str]) -> dict[str, str]:
+    """key -> path of the first ``.dist-info`` (else ``.egg-info``) for it along ``sys.path``."""
+    out: dict[str, str] = {}
+    for entry in sys.path:
+        eggs: dict[str, str] = {}
+        try:
+            with os.scandir(entry or ".") as it:
+                for child in it:
+                    low = child.name.lower()
+                    if not low.endswith((".dist-info", ".egg-info")):
+                        continue
+                    key = _dist_key(low.rpartition(".")[0].partition("-")[0])
+                    if key not in keys or key in out:
+                        continue
+                    if low.endswith(".dist-info"):
+                        out[key] = child.path
+                    else:
+                        eggs.setdefault(key, child.path)
+        except OSError:  # not a directory (a zip), gone, or unreadable
+            continue
+        for key, path in eggs.items():
+            out.setdefault(key, path)
+        if len(out) == len(keys):
+            break
+    return out
+
+
+def _read_dist_info(name: str, dist_info: str) -> Package | None:
+    """``Version`` and ``Requires-Dist`` from the header block of ``METADATA``; None when unreadable."""
+    try:
+        with open(os.path.join(dist_info, "METADATA"), encoding="utf-8", errors="replace") as f:
+            text = f.read(4 << 20)
+    except OSError:
+        return None
+    version: str | None = None
+    requires: list[str] = []
+    last: list[str] | None = None
+    for line in text.splitlines():
+        if not line:
+            break  # end of the headers; the description follows
+        if line[0] in " \t":  # a folded header continues (a line of blanks too)
+            if last is not None:
+                last[-1] += "\n" + line
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            break
+        key, value, last = key.strip().lower(), value.strip(), None
+        if key == "version" and version is None:
+            version = value
+        elif key == "requires-dist":
+            requires.append(value)
+            last = requires
+    if version is None:
+        return None
+    return Package(name, version, tuple(requires))
+
+
+def _read_with_importlib(name: str) -> Package | None:
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        return None
+    return Package(name, dist.version, tuple(dist.requires or ()))
 
 
 def all_live_packages() -> list[Package]:
