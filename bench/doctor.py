@@ -92,7 +92,11 @@ def importable(python: str, module: str, env: dict[str, str]) -> bool:
 
 def compile_tuner(python: str, env: dict[str, str]) -> bool:
     proc = subprocess.run(
-        [python, "-m", "compileall", "-q", str(REPO / "tuner")], env=env, cwd=REPO, capture_output=True, check=False
+        [python, "-m", "compileall", "-q", str(REPO / "tuner")],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        check=False,
     )
     return proc.returncode == 0
 
@@ -102,7 +106,12 @@ def bytecode_report(argv: list[str], env: dict[str, str]) -> str:
     modules it imported Python loaded from bytecode and which it compiled."""
     assert argv[1] == "-m"
     proc = subprocess.run(
-        [argv[0], "-c", BYTECODE_PROBE, *argv[2:]], env=env, cwd=REPO, capture_output=True, text=True, check=False
+        [argv[0], "-c", BYTECODE_PROBE, *argv[2:]],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     states = dict(line.split(" ", 1) for line in proc.stderr.splitlines() if line.endswith((" yes", " no")))
     missing = sorted(n for n, state in states.items() if state == "no")
@@ -113,7 +122,9 @@ def bytecode_report(argv: list[str], env: dict[str, str]) -> str:
     return line
 
 
-def series(label: str, argv: list[str], runs: int, env: dict[str, str], timeout: float) -> tuple[float, float]:
+def series(
+    label: str, argv: list[str], runs: int, env: dict[str, str], timeout: float
+) -> tuple[float, float]:
     walls: list[float] = []
     cpus: list[float] = []
     for i in range(runs):
@@ -135,7 +146,7 @@ def main() -> int:
     ap.add_argument(
         "--pycache-prefix",
         metavar="DIR",
-        help="give both commands a private bytecode cache in DIR (PYTHONPYCACHEPREFIX), filled by the warm-up runs",
+        help="give both commands a bytecode cache in DIR (PYTHONPYCACHEPREFIX), filled by the warm-up runs",
     )
     args = ap.parse_args()
 
@@ -158,7 +169,7 @@ def main() -> int:
                 baseline = [args.python, "-m", module]
                 break
     try:
-        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:
         load = "load average unknown"
     print(f"python:         {args.python}")
@@ -177,7 +188,9 @@ def main() -> int:
     timed(baseline, env, 600)  # warm-up, untimed, like the doctor's
     base_wall, base_cpu = series(baseline[-1], baseline, args.baseline_runs, env, 600)
     print(f"{baseline[-1]}: {base_wall:.3f} s median of {args.baseline_runs} ({base_cpu:.3f} s cpu)")
-    print(f"ratio:          doctor is {base_wall / doc_wall:.1f}x faster (cpu time: {base_cpu / doc_cpu:.1f}x)")
+    print(
+        f"ratio:          doctor is {base_wall / doc_wall:.1f}x faster (cpu time: {base_cpu / doc_cpu:.1f}x)"
+    )
     return 0
 
 

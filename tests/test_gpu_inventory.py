@@ -133,7 +133,8 @@ def test_nvidia_gpu_on_the_bus_without_nvml_library_is_an_error(tmp_path: Path) 
     defs = select(load_defs(), ["driver.cuda", "pcie.link", "gpu.processes"], [])
     got = {f.id: f for f in run_checks(Facts(Host(t.root, live=True)), defs)}
     assert got["driver.cuda"].status is Status.FAIL and "0000:81:00.0" in got["driver.cuda"].summary
-    assert got["driver.cuda"].remediation is not None and got["driver.cuda"].remediation.command == "nvidia-smi"
+    remedy = got["driver.cuda"].remediation
+    assert remedy is not None and remedy.command == "nvidia-smi"
     assert got["pcie.link"].status is Status.SKIP and got["gpu.processes"].status is Status.SKIP
 
 

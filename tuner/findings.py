@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Status(str, enum.Enum):
+class Status(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of members
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"

@@ -248,6 +248,22 @@ def _call(fn: Callable[..., Any] | None, *args: Any) -> Any:
         return None
 
 
+def _memory_info(mod: ModuleType, handle: Any) -> Any:
+    """Framebuffer memory, ``used`` counted as `nvidia-smi` and dmon's ``fb`` count it.
+
+    The v1 call (nvmlDeviceGetMemoryInfo) counts the driver's reserved memory as used (615 MiB on an
+    idle H200 while dmon's fb reads 0); the v2 struct (nvmlMemory_v2, NVML >= 12.535, drivers >= R510)
+    reports ``reserved`` apart, so ``used`` is what processes hold. ``free`` is the same in both.
+    """
+    version = getattr(mod, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return mod.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except (TypeError, mod.NVMLError):
+            pass  # an older binding or driver: fall back to v1
+    return _call(getattr(mod, "nvmlDeviceGetMemoryInfo", None), handle)
+
+
 def _first(mod: ModuleType, *names: str) -> Callable[..., Any] | None:
     """The first binding function that exists (bindings rename functions across driver releases)."""
     for name in names:
@@ -322,7 +338,7 @@ def _read_device(mod: ModuleType, host: Host, index: int) -> GpuInfo:
     name = _str(_call(mod.nvmlDeviceGetName, h) or f"GPU {index}")
     pci = _call(mod.nvmlDeviceGetPciInfo, h)
     bus_id = normalize_bus_id(_str(pci.busId)) if pci is not None else ""
-    mem = _call(mod.nvmlDeviceGetMemoryInfo, h)
+    mem = _memory_info(mod, h)
     cc = _call(mod.nvmlDeviceGetCudaComputeCapability, h)
     numa = _call(getattr(mod, "nvmlDeviceGetNumaNodeId", None), h)
     if not isinstance(numa, int) or numa < 0:
@@ -684,7 +700,7 @@ class GpuSample:
 
     time: float  # Unix seconds when the sample was taken
     index: int
-    mem_used_mib: float | None  # nvmlDeviceGetMemoryInfo.used / 2**20 (nvidia-smi dmon "fb")
+    mem_used_mib: float | None  # nvmlDeviceGetMemoryInfo(v2).used / 2**20 (nvidia-smi dmon "fb")
     mem_total_mib: float | None  # nvmlDeviceGetMemoryInfo.total / 2**20
     util_gpu: int | None  # nvmlDeviceGetUtilizationRates.gpu, percent (dmon "sm")
     util_mem: int | None  # nvmlDeviceGetUtilizationRates.memory, percent (dmon "mem")
@@ -770,7 +786,7 @@ class NvmlSampler:
             self._slow_at = monotonic
         out: list[GpuSample] = []
         for i, h in enumerate(self._handles):
-            mem = _call(getattr(mod, "nvmlDeviceGetMemoryInfo", None), h)
+            mem = _memory_info(mod, h)
             util = _call(getattr(mod, "nvmlDeviceGetUtilizationRates", None), h)
             power = _call(getattr(mod, "nvmlDeviceGetPowerUsage", None), h)
             temp = _call(getattr(mod, "nvmlDeviceGetTemperature", None), h, 0)  # NVML_TEMPERATURE_GPU

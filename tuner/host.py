@@ -22,14 +22,15 @@ import errno
 import os
 import shutil
 import subprocess
-import tarfile
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from tuner.errors import UsageError
+
+if TYPE_CHECKING:
+    import tempfile  # imported where a tarball is opened: the live doctor never needs it
 
 T = TypeVar("T")
 
@@ -43,7 +44,7 @@ SNAPSHOT_META = "gputune-snapshot.json"  # who made the snapshot, when, with wha
 _LINK_FILE_MAX = 512  # a "link file" is a one-line relative path, never bigger
 
 
-class State(str, enum.Enum):
+class State(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of members
     """Why a value is (not) there. Only OK carries a value."""
 
     OK = "ok"
@@ -147,6 +148,9 @@ class Host:
             raise UsageError(f"{p}: no such file or directory", "give a snapshot folder or .tar.gz")
         if p.is_dir():
             return cls(p, live=False, runner=runner)
+        import tarfile
+        import tempfile
+
         host = cls(p, live=False, runner=runner)
         host._tmp = tempfile.TemporaryDirectory(prefix="gputune-snap-")
         try:

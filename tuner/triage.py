@@ -37,6 +37,10 @@ from tuner.triage_scan import STAGES, Hit, Playbook, ScanResult, playbook, scan
 
 UNKNOWN = "unknown"
 MIN_CONFIDENCE = 0.3
+# A CUDA OOM with no stage landmark before or after it: the label stays "runtime" (the stage map's
+# default) but weakly, with the start-up labels as alternatives.
+STAGELESS_OOM_WEIGHT = 0.6
+STAGELESS_OOM_ALTERNATIVES = (("oom_weights_do_not_fit", 0.45), ("oom_sampler_warmup_or_profile_run", 0.4))
 EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
 GPU_OOM_CAUSES = (
     "oom_weights_do_not_fit",
@@ -174,6 +178,7 @@ class _Context:
     other_gpu_mib: float | None  # memory other processes held on the GPU (gpu-processes.csv)
     gpu_total_mib: float | None
     kernel: ScanResult | None
+    plan: dict[str, Any] = field(default_factory=dict)  # plan.json of the run (tuner/plan.py Plan.to_dict)
 
     def arg(self, name: str) -> Any:
         """Current value of a vLLM argument: the command line first, then what vLLM logged."""
@@ -266,6 +271,13 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
     return facts
 
 
+def _graphs_were_captured(text: str) -> bool:
+    """PyTorch's OOM message names memory 'allocated in private pools (e.g., CUDA Graphs)' only when
+    such pools hold memory (c10/cuda/CUDACachingAllocator.cpp, torch 2.1 .. 2.13): graphs existed, so
+    start-up had reached graph capture."""
+    return "private pools" in text
+
+
 def _other_process_mib(facts: dict[str, float]) -> float | None:
     """Memory held by other processes according to a PyTorch OOM message (None if it doesn't say)."""
     if "listed_processes" not in facts or "this_process" not in facts:
@@ -297,6 +309,12 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         if cause == "oom":
             cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
+            if stage == "unknown" and not _graphs_were_captured(hit.text):
+                # No landmark says how far start-up got and nothing says CUDA graphs existed: the
+                # OOM line alone cannot tell loading from serving, so say so in the confidence.
+                weight = min(weight, STAGELESS_OOM_WEIGHT)
+                for alt, w in STAGELESS_OOM_ALTERNATIVES:
+                    cand(alt).add_hit(hit, w, stage)
             others = _other_process_mib(facts)
             total = facts.get("total") or ctx.gpu_total_mib
             if others is not None and total and others >= 0.2 * total and stage in EARLY_STAGES:
@@ -464,6 +482,148 @@ def _util_fitting(free_gib: float, total_gib: float) -> float | None:
     return util if util >= 0.05 else None
 
 
+UNQUANTIZED = {
+    "bfloat16",
+    "float16",
+    "float32",
+    "half",
+    "float",
+    "fp16",
+    "bf16",
+    "torch.bfloat16",
+    "torch.float16",
+}
+WEIGHTS_RESERVE_FRACTION = 0.08  # of a GPU kept out of the weights' share: activation peak, some KV cache
+
+
+def _weights_remedy(
+    ctx: _Context, top: _Candidate, summary: str
+) -> tuple[str, dict[str, str | None], list[RemedyOption]]:
+    """Argument changes for weights that do not fit, ranked: more GPUs (no loss of speed or quality),
+    FP8 weights on GPUs with FP8 units (sm_89+), then host-RAM offload (slow). Each is proposed only
+    when what the run recorded shows it is safe; otherwise the summary says why nothing is.
+
+    Facts used: PyTorch's OOM message (total, free, 'Tried to allocate'), vLLM's logged configuration
+    (quantization, tensor_parallel_size), and from a `gputune launch` run directory plan.json (GPU
+    count and compute capability, weights size, host RAM) and telemetry (GPUs sampled).
+    """
+    facts: dict[str, float] = {}
+    for hit in top.hits:
+        facts = _torch_oom_facts(hit.text)
+        if "total" in facts:
+            break
+    plan = ctx.plan
+    dev: dict[str, Any] = plan["device"] if isinstance(plan.get("device"), dict) else {}
+    total = facts.get("total") or _num_or_none(dev.get("total_bytes"), 2**20) or ctx.gpu_total_mib
+    util = ctx.num("gpu_memory_utilization") or _num_or_none(plan.get("gpu_memory_utilization")) or 0.9
+    tp = int(ctx.num("tensor_parallel_size") or _num_or_none(plan.get("tensor_parallel_size")) or 1)
+    gpus = _num_or_none(dev.get("count")) or (ctx.telemetry.gpus if ctx.telemetry else None)
+    cap = dev.get("compute_capability")
+    cc = (int(cap[0]), int(cap[1])) if isinstance(cap, list) and len(cap) == 2 else None
+    weights = _num_or_none(plan.get("weights_bytes"), 2**20)  # MiB, all GPUs
+    scheme = str(plan.get("weights_scheme") or "")
+    quant = ctx.arg("quantization")
+    logged_unquantized = "quantization" in ctx.scan.args and ctx.scan.args.get("quantization") in (
+        None,
+        "None",
+    )
+    unquantized = (quant in (None, "", "None") and (logged_unquantized or scheme in UNQUANTIZED)) and (
+        not scheme or scheme in UNQUANTIZED
+    )
+    if total:
+        summary += f" The GPU has {total / 1024:.1f} GiB in all."
+    room = total * util * (1 - WEIGHTS_RESERVE_FRACTION) if total else None  # MiB for weights per GPU
+    per_gpu = weights / tp if weights else None
+    if per_gpu and room:
+        summary += (
+            f" The weights need about {per_gpu / 1024:.1f} GiB per GPU; about {room / 1024:.1f} GiB is there."
+        )
+    opts: list[RemedyOption] = []
+    unsafe: list[str] = []
+
+    # 1. more GPUs
+    if gpus and gpus > tp:
+        k = next(
+            (n for n in (2, 4, 8, 16) if tp < n <= gpus and (not weights or not room or weights / n <= room)),
+            None,
+        )
+        if k:
+            opts.append(
+                RemedyOption(
+                    f"shard the weights over {k} GPUs (the host has {int(gpus)}; the model's attention heads "
+                    f"must divide by {k})",
+                    {"--tensor-parallel-size": str(k)},
+                )
+            )
+        else:
+            unsafe.append(f"even {int(gpus)} GPUs do not hold the weights")
+    # 2. FP8 weights
+    if unquantized and cc is not None:
+        if cc >= (8, 9):
+            if per_gpu and room and per_gpu / 2 > room:
+                unsafe.append("FP8 weights would still not fit")
+            else:
+                opts.append(
+                    RemedyOption(
+                        f"quantize the weights to FP8 at load time (GPU sm_{cc[0]}{cc[1]} has FP8 units; "
+                        "halves weight memory, small accuracy cost)",
+                        {"--quantization": "fp8"},
+                    )
+                )
+        else:
+            unsafe.append(f"--quantization fp8 needs sm_89+ for full speed (this GPU is sm_{cc[0]}{cc[1]})")
+    elif unquantized:
+        unsafe.append("--quantization fp8 is safe only on sm_89+ GPUs and this run did not record the GPU's")
+    # 3. host-RAM offload
+    shortfall = per_gpu - room if per_gpu and room else None
+    lower_bound = False
+    if shortfall is None and "tried" in facts and "free" in facts:
+        shortfall = facts["tried"] - facts["free"]
+        lower_bound = True
+    if shortfall is not None and shortfall > 0:
+        gib = math.ceil(shortfall / 1024 * 1.1 + 0.5)
+        old = ctx.num("cpu_offload_gb") or 0.0
+        new = int(old + gib)
+        host = _num_or_none(plan.get("host_ram_available"), 2**30)
+        if host is not None and new * tp > 0.8 * host:
+            unsafe.append(
+                f"--cpu-offload-gb {new} x {tp} GPU(s) exceeds 80% of the {host:.0f} GiB host RAM free"
+            )
+        else:
+            what = "at least " if lower_bound else ""
+            note = (
+                " (the OOM message only shows the allocation that failed, so the weights still to load may "
+                "need more: a second attempt will say)"
+                if lower_bound
+                else ""
+            )
+            opts.append(
+                RemedyOption(
+                    f"keep {what}{gib} GiB of weights in host RAM with --cpu-offload-gb {new}{note}; slow: "
+                    "the offloaded weights cross PCIe on every step",
+                    {"--cpu-offload-gb": str(new)},
+                )
+            )
+    flags: dict[str, str | None] = dict(opts[0].flag_changes) if opts else {}
+    if opts:
+        summary += f" Next: {opts[0].summary}."
+    else:
+        why = (
+            "; ".join(unsafe) if unsafe else "the log does not show the GPU count, capability or weight size"
+        )
+        summary += (
+            f" No argument change is known to be safe from what this run recorded ({why}): use a quantized "
+            "checkpoint (AWQ/GPTQ int4) or a larger GPU."
+        )
+    return summary, flags, opts[1:] + [RemedyOption(f"not proposed: {u}") for u in unsafe]
+
+
+def _num_or_none(value: Any, divisor: float = 1.0) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return float(value) / divisor
+
+
 def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
     pb = ctx.pb
     info = pb.causes.get(top.cause, {})
@@ -629,9 +789,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 )
             )
     elif top.cause == "oom_weights_do_not_fit":
-        facts = _torch_oom_facts(top.hits[0].text) if top.hits else {}
-        if "total" in facts:
-            summary += f" The GPU has {facts['total'] / 1024:.1f} GiB in all."
+        summary, flags, alts = _weights_remedy(ctx, top, summary)
     elif top.cause == "host_ram_oom_killed":
         offload = ctx.num("cpu_offload_gb")
         swap = ctx.num("swap_space")
@@ -649,7 +807,27 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
     elif top.cause == "host_pinned_memory_swap_space":
         swap_total, cpu_total = _f(g, "swap_gib"), _f(g, "cpu_total_gib")
         cur = ctx.num("swap_space") or 4.0
-        if swap_total and cpu_total:
+        if "vllm.v0.swap_space_exhausted" in top.sig_ids:
+            new_swap = int(cur * 2)
+            host = ctx.plan.get("host_ram_available")
+            ranks = int(ctx.num("tensor_parallel_size") or 1)
+            summary = (
+                f"Preempted sequences' KV blocks did not fit in --swap-space {cur:g} GiB of host RAM per GPU "
+                "(V0 engine)."
+            )
+            if isinstance(host, (int, float)) and host > 0 and new_swap * ranks * 2**30 > 0.35 * host:
+                summary += " The host has no room for a larger swap space: run fewer sequences at once."
+            else:
+                flags["--swap-space"] = str(new_swap)
+                summary += f" Use --swap-space {new_swap}, or run fewer sequences at once."
+            seqs = ctx.num("max_num_seqs")
+            alts.append(
+                RemedyOption(
+                    "fewer sequences at once (fewer preemptions)",
+                    {"--max-num-seqs": str(max(1, int(seqs // 2)) if seqs else 128)},
+                )
+            )
+        elif swap_total and cpu_total:
             gpus = max(1.0, round(swap_total / cur))
             new = int(0.35 * cpu_total / gpus)
             flags["--swap-space"] = str(new)
@@ -662,7 +840,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             flags["--swap-space"] = "0"
     elif top.cause == "quant_or_dtype_unsupported_on_gpu":
         sig_ids = top.sig_ids
-        if "vllm.bf16_unsupported" in sig_ids:
+        if sig_ids & {"vllm.bf16_unsupported", "vllm.dtype_check_frame"}:
             flags["--dtype"] = "half"
             cap = g.get("capability")
             summary = (
@@ -693,6 +871,22 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 f"max_num_batched_tokens ({g['batched']}) is below max_model_len "
                 f"({g['max_model_len']}); raise "
                 "it or enable chunked prefill."
+            )
+        elif top.sig_ids & {"hf.trust_remote_code", "hf.trust_remote_code_old"}:
+            summary = (
+                "The model's repository ships its own Python code, which transformers runs only with "
+                "--trust-remote-code. Read that code first: the flag is not added for you."
+            )
+            alts.append(
+                RemedyOption(
+                    "after reading the repository's code: --trust-remote-code", {"--trust-remote-code": ""}
+                )
+            )
+        elif top.sig_ids & {"hf.gated", "hf.http_client_error"}:
+            summary = (
+                "The Hugging Face Hub refused the model download (401/403: no token or no access granted to "
+                "a gated repository; 404: wrong name or private repository). Request access on the model "
+                "page, then export HF_TOKEN; or pass a local path. Not a memory problem."
             )
         elif "net.address_in_use" in top.sig_ids:
             port = ctx.arg("port")
@@ -767,7 +961,8 @@ def diagnose(
 
     others, total = _other_gpu_memory(files.gpu_processes, res, cmd)
     total = total or (tel.total_mib if tel else None) or _total_from_log(res)
-    ctx = _Context(res, pb, argv, env, code, tel, others, total, kernel)
+    plan = read_json(files.plan_json) if files.plan_json else {}
+    ctx = _Context(res, pb, argv, env, code, tel, others, total, kernel, plan)
     ranked = _weigh(ctx, _gather(ctx))
     return _build(ctx, ranked, files.log, files.attempt)
 

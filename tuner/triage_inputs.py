@@ -37,6 +37,7 @@ class TelemetrySummary:
     util_last: float | None
     plateau_samples: int  # consecutive samples at the peak (within 1%) before the end or the drop
     dropped_after_peak: bool  # memory fell back by more than half after its peak (the process died)
+    gpus: int | None = None  # distinct GPUs in the samples (recorder ``gpu`` column, dmon ``gpu``/Idx)
 
     def at_capacity(self, total_mib: float | None = None) -> bool:
         total = self.total_mib or total_mib
@@ -62,6 +63,7 @@ class RunFiles:
     dmesg: Path | None = None
     exit_json: Path | None = None
     command_json: Path | None = None
+    plan_json: Path | None = None
     attempt: str | None = None
     others: list[Path] = field(default_factory=list)
 
@@ -100,6 +102,7 @@ def locate_run(path: Path) -> RunFiles:
     files.dmesg = first("dmesg.txt")
     files.exit_json = first("exit.json")
     files.command_json = first("command.json")
+    files.plan_json = first("plan.json")
     return files
 
 
@@ -122,6 +125,7 @@ class _Summariser:
         self.util_peak: float | None = None
         self.util_last: float | None = None
         self.recent: deque[float] = deque(maxlen=4096)
+        self.gpu_ids: set[str] = set()
 
     def add(self, used: float | None, total: float | None, util: float | None) -> None:
         self.samples += 1
@@ -156,6 +160,7 @@ class _Summariser:
             util_last=self.util_last,
             plateau_samples=plateau,
             dropped_after_peak=dropped,
+            gpus=len(self.gpu_ids) if self.gpu_ids else None,
         )
 
 
@@ -200,6 +205,9 @@ def _read_recorder(header: str, fh: io.TextIOBase | Any, summ: _Summariser) -> T
             i = idx.get(name)
             return _num(r[i]) if i is not None and i < len(r) else None
 
+        gi = idx.get("gpu")
+        if gi is not None and gi < len(row) and row[gi].strip() and len(summ.gpu_ids) < 64:
+            summ.gpu_ids.add(row[gi].strip())
         summ.add(get("mem_used_mib"), get("mem_total_mib"), get("util_gpu"))
     return summ.result("recorder-csv")
 
@@ -216,6 +224,9 @@ def _read_dmon(first: str, fh: Any, summ: _Summariser) -> TelemetrySummary:
         if not parts:
             continue
         row = dict(zip(cols, parts, strict=False))
+        gpu_id = row.get("gpu") or row.get("Idx")
+        if gpu_id and len(summ.gpu_ids) < 64:
+            summ.gpu_ids.add(gpu_id)
         used = _num(row.get("fb", "-"))
         util = _num(row.get("sm", "-"))
         if used is None and util is None:

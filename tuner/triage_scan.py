@@ -105,6 +105,7 @@ class Signature:
     stage: str | None
     kind: str  # log | kernel | any
     source: str
+    nocase: bool = False  # the needle (stored lower-case) and the regex ignore case: retyped messages
 
 
 @dataclass(frozen=True)
@@ -162,16 +163,19 @@ def playbook(folder: str | None = None) -> Playbook:
     sigs = []
     for raw in sig_doc.get("signature", []):
         rx = raw.get("regex")
+        nocase = bool(raw.get("nocase", False))
+        needle = str(raw["needle"])
         sigs.append(
             Signature(
                 id=str(raw["id"]),
                 cause=str(raw["cause"]),
-                needle=str(raw["needle"]),
-                regex=re.compile(rx) if rx else None,
+                needle=needle.lower() if nocase else needle,
+                regex=(re.compile(rx, re.IGNORECASE) if nocase else re.compile(rx)) if rx else None,
                 weight=float(raw.get("weight", 0.5)),
                 stage=raw.get("stage"),
                 kind=str(raw.get("kind", "log")),
                 source=str(raw.get("source", "")),
+                nocase=nocase,
             )
         )
     marks = [
@@ -333,8 +337,14 @@ def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, sta
     """Test one decoded line against the active needles; returns the new stage index."""
     new_idx = stage_idx
     pending: list[Signature] = []
+    low: str | None = None
     for needle, obj in matcher.entries:
-        if needle not in text:
+        if isinstance(obj, Signature) and obj.nocase:
+            if low is None:
+                low = text.lower()
+            if needle not in low:
+                continue
+        elif needle not in text:
             continue
         if obj is None:
             if _info(needle, text, res):

@@ -22,7 +22,6 @@ import re
 import select
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -196,6 +195,8 @@ def run_load(
     """Put ~``seconds`` of matmuls and host->device copies on ``gpus`` in a child process; call ``read``
     once the load is running. The child only sees these GPUs (CUDA_VISIBLE_DEVICES by UUID); a child
     that does not start its load within ``start_timeout`` s (``import torch`` takes seconds) is killed."""
+    import tempfile  # only the load re-test needs it
+
     tool = load_tool()
     if tool is None:
         return False, None, "neither torch nor cupy is importable: no load was put on the GPU"

@@ -4,9 +4,9 @@ Nothing here imports torch or vLLM. Sources:
 - driver version and highest supported CUDA: the GPU probe (NVML
   ``nvmlSystemGetDriverVersion``/``nvmlSystemGetCudaDriverVersion_v2``, or the
   snapshot's ``nvidia-smi.xml`` ``<driver_version>``/``<cuda_version>``);
-- packages, live: dist-info ``METADATA`` ``Version`` and ``Requires-Dist`` found along
-  ``sys.path`` as ``importlib.metadata`` finds them; torch's CUDA build from ``torch/version.py`` (``cuda = '12.8'``)
-  read as text, else its local version (``2.9.0+cu128``), else its
+- packages, live: dist-info ``METADATA`` ``Version`` and ``Requires-Dist``, found along
+  ``sys.path`` as ``importlib.metadata`` finds them; torch's CUDA build from
+  ``torch/version.py`` (``cuda = '12.8'``) read as text, else its local version (``2.9.0+cu128``), else its
   ``nvidia-cuda-runtime-cu12`` requirement or the installed runtime wheel;
 - packages, snapshot: ``packages.json`` (written by ``gputune snapshot``: name,
   version, requires, torch_cuda, marker_environment), else ``pip-freeze.txt``
