@@ -690,3 +690,48 @@ def test_messages_in_the_installed_packages_are_the_ones_the_signatures_match(
     }[rel]
     hit = [s for s in sigs.values() if (s.needle in (rendered.lower() if s.nocase else rendered))]
     assert any(s.regex is None or s.regex.search(rendered) for s in hit), rendered
+
+
+# ------------------------------------------------------------------- other servers: their own options
+def test_tgi_warmup_oom_advises_tgi_options_not_vllm_flags(tmp_path: Path) -> None:
+    log = (
+        "2023-09-26T21:48:00.969072Z ERROR text_generation_launcher: Method Warmup encountered an error.\n"
+        "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease "
+        "`--max-batch-prefill-tokens`\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert (d.cause, d.stage) == ("oom_sampler_warmup_or_profile_run", "warmup")
+    assert d.remediation.flag_changes == {"--max-batch-prefill-tokens": "2048"}
+
+
+def test_sglang_kv_pool_failure_raises_its_static_memory_fraction(tmp_path: Path) -> None:
+    log = (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.8\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "no_kv_cache_memory"
+    assert d.remediation.flag_changes == {"--mem-fraction-static": "0.85"}
+    assert "--gpu-memory-utilization" not in d.remediation.summary
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ERROR:    [Errno 99] error while attempting to bind on address ('::1', 8000, 0, 0): cannot assign "
+        "requested address",
+        "Exception: data did not match any variant of untagged enum ModelWrapper at line 1251012 column 3",
+    ],
+)
+def test_network_and_tokenizer_file_errors_are_configuration_not_memory(tmp_path: Path, line: str) -> None:
+    d = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert d.cause == "config_error_not_resource" and not d.memory
+
+
+def test_weights_oom_never_shards_over_gpus_the_run_was_not_given(tmp_path: Path) -> None:
+    run = _weights_run(tmp_path, count=4, cc=[8, 6], weights_gib=75)
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    (run / "command.json").write_text(json.dumps({"argv": argv, "env": {"CUDA_VISIBLE_DEVICES": "2"}}))
+    d = diagnose(run)
+    assert "--tensor-parallel-size" not in d.remediation.flag_changes
+    assert all("--tensor-parallel-size" not in a.flag_changes for a in d.remediation.alternatives)

@@ -397,7 +397,7 @@ def main() -> None:
         from tuner.typer_compat import coerce_without_pydantic
 
         coerce_without_pydantic()
-        code = app(standalone_mode=False)
+        code = app(prog_name="gputune", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

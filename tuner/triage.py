@@ -518,6 +518,10 @@ def _weights_remedy(
     util = ctx.num("gpu_memory_utilization") or _num_or_none(plan.get("gpu_memory_utilization")) or 0.9
     tp = int(ctx.num("tensor_parallel_size") or _num_or_none(plan.get("tensor_parallel_size")) or 1)
     gpus = _num_or_none(dev.get("count")) or (ctx.telemetry.gpus if ctx.telemetry else None)
+    visible = ctx.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and gpus:
+        # the run was confined to these GPUs: sharding can use no others
+        gpus = min(gpus, len([v for v in visible.split(",") if v.strip()]))
     cap = dev.get("compute_capability")
     cc = (int(cap[0]), int(cap[1])) if isinstance(cap, list) and len(cap) == 2 else None
     weights = _num_or_none(plan.get("weights_bytes"), 2**20)  # MiB, all GPUs
@@ -897,9 +901,71 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         else:
             text = top.hits[0].text.strip() if top.hits else ""
             summary = f"vLLM rejected its configuration: {text[:300]}"
+    if _engine(ctx, top) != "vllm":
+        summary, flags, env, alts = _other_engine(ctx, top, summary, flags, env, alts)
     return Remediation(
         summary=summary.strip(), flag_changes=flags, env_changes=env, alternatives=tuple(alts + base_alts)
     )
+
+
+ENGINE_NAMES = {"tgi": "text-generation-inference", "sglang": "SGLang"}
+
+
+def _engine(ctx: _Context, top: _Candidate) -> str:
+    """The server that wrote the log: its own lines say so, or the message of the diagnosis does."""
+    if ctx.scan.engine != "vllm":
+        return ctx.scan.engine
+    for sid in top.sig_ids:
+        prefix = sid.split(".", 1)[0]
+        if prefix in ENGINE_NAMES:
+            return prefix
+    return "vllm"
+
+
+def _other_engine(
+    ctx: _Context,
+    top: _Candidate,
+    summary: str,
+    flags: dict[str, str | None],
+    env: dict[str, str],
+    alts: list[RemedyOption],
+) -> tuple[str, dict[str, str | None], dict[str, str], list[RemedyOption]]:
+    """A log from another server: its own options where its message names them, never vLLM's flags."""
+    g = top.groups
+    engine = _engine(ctx, top)
+    name = ENGINE_NAMES.get(engine, engine)
+    if "tgi.warmup_not_enough_memory" in top.sig_ids and _f(g, "prefill_tokens"):
+        tokens = int(_f(g, "prefill_tokens") or 0)
+        new: dict[str, str | None] = {"--max-batch-prefill-tokens": str(max(1, tokens // 2))}
+        return (
+            f"{name}'s warm-up could not run a batch of {tokens} prefill tokens: "
+            f"use --max-batch-prefill-tokens {tokens // 2} (or a smaller --max-input-tokens).",
+            new,
+            {},
+            [],
+        )
+    if "sglang.not_enough_memory" in top.sig_ids:
+        cur = _f(g, "mem_fraction")
+        text = (
+            f"{name} found no room for its KV pool after the weights: raise --mem-fraction-static"
+            + (f" above {cur:g}" if cur else "")
+            + " (a larger static share), or use a quantized model / more GPUs (--tp)."
+        )
+        fraction: dict[str, str | None] = {}
+        if cur and cur < 0.95:
+            fraction["--mem-fraction-static"] = f"{min(0.95, cur + 0.05):.2f}"
+        return text, fraction, {}, []
+    if engine == "tgi" and top.cause == "oom_sampler_warmup_or_profile_run":
+        return (
+            f"{name}'s warm-up (its profiling run) ran out of GPU memory: lower --max-batch-prefill-tokens "
+            "(and --max-input-tokens / --max-total-tokens), or shard over more GPUs (--num-shard).",
+            {},
+            {},
+            [],
+        )
+    kept = [a for a in alts if not a.flag_changes and not a.env_changes]
+    note = f" This log is from {name}: the vLLM options above do not apply as they are; use its equivalents."
+    return summary + (note if flags or env or len(kept) != len(alts) else ""), {}, {}, kept
 
 
 # --------------------------------------------------------------------------------------------------

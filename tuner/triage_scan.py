@@ -90,7 +90,12 @@ INFO_NEEDLES: tuple[str, ...] = (
     "cpu_worker.py",
     "cpu_model_runner.py",
     "version ",
+    "text_generation_",
+    "sglang",
 )
+# Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
+# advice then names their options, not vLLM's.
+ENGINE_NEEDLES = {"text_generation_": "tgi", "sglang": "sglang"}
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class ScanResult:
     args: dict[str, Any] = field(default_factory=dict)
     vllm_version: str | None = None
     cpu_backend: bool = False
+    engine: str = "vllm"  # "tgi" (text_generation_launcher/_server lines) | "sglang" | "vllm"
     lines: int = 0
     bytes: int = 0
     tail: list[tuple[int, str]] = field(default_factory=list)
@@ -384,6 +390,10 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
             res.vllm_version = m.group(1)
             return True
         return False
+    if needle in ENGINE_NEEDLES:
+        if res.engine == "vllm" and not res.vllm_version:
+            res.engine = ENGINE_NEEDLES[needle]
+        return True
     if needle in ("cpu_worker.py", "cpu_model_runner.py"):
         res.cpu_backend = True
         return True

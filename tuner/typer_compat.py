@@ -1,9 +1,9 @@
 """Command-line parsing without pydantic, for typer releases that route every parameter through it.
 
-typer >= 0.28 converts each parameter's value with a pydantic ``TypeAdapter`` built on first use.
-Importing pydantic for that (with importlib.metadata, which its plugin loader imports)
-costs more than all of ``gputune doctor``'s probes. :func:`coerce_without_pydantic` gives the
-parameter types gputune's commands use a plain converter instead.
+Recent typer releases (0.29 does, 0.27 did not) convert each parameter's value with a pydantic
+``TypeAdapter`` built on first use. Importing pydantic for that (with importlib.metadata, which its
+plugin loader imports) costs more than all of ``gputune doctor``'s probes.
+:func:`coerce_without_pydantic` gives the parameter types gputune's commands use a plain converter.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def coerce_without_pydantic() -> None:
     The converter calls typer's own choice and path functions and accepts what pydantic's lax
     mode accepts, so values and error messages are the same (tests/test_typer_compat.py compares
     them). Other types (int, float) keep typer's converter. With a typer that has no such hook
-    (< 0.28, which does not use pydantic) this does nothing."""
+    (one that does not use pydantic) this does nothing."""
     try:
         from typer.core import _TyperParameter
     except ImportError:

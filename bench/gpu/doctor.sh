@@ -36,6 +36,10 @@ for n in ("torch","nvidia-ml-py","typer","rich","psutil","pyudev","vllm"):
     except m.PackageNotFoundError: print(n, "absent")'
 } > "$W/host.txt" 2>&1
 
+# Byte-compile the package as pip does at install: a copied checkout may have no __pycache__, and
+# PYTHONDONTWRITEBYTECODE would then make every run below compile it again.
+"$PY" -m compileall -q tuner > "$W/compileall.out" 2>&1
+
 step doctor-table        "$PY" -m tuner doctor
 step doctor-verbose      "$PY" -m tuner doctor -v
 step doctor-json         "$PY" -m tuner doctor --format json
@@ -45,6 +49,7 @@ step doctor-from-table   "$PY" -m tuner doctor --from "$W/h200-snapshot.tar.gz" 
 step under-load-json     "$PY" -m tuner doctor --under-load --format json
 step under-load-table    "$PY" -m tuner doctor --under-load --only pcie.link -v
 step importtime          "$PY" -X importtime -m tuner doctor --format json
+step profile             "$PY" -m cProfile -s cumtime -m tuner doctor --format json
 cp "$W/doctor-from-json.out" "$W/h200-snapshot.expected.json"
 
 # The load re-test for real: the H200 idles at its max generation, so the doctor never needs the
