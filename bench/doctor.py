@@ -28,6 +28,7 @@ at least 20x faster than collect_env.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -102,8 +103,8 @@ def compile_tuner(python: str, env: dict[str, str]) -> bool:
 
 
 def bytecode_report(argv: list[str], env: dict[str, str]) -> str:
-    """Run ``python -m MODULE ARGS`` once (untimed: it also warms the caches) and say which of the
-    modules it imported Python loaded from bytecode and which it compiled."""
+    """Run ``python -m MODULE ARGS`` once (untimed: it also warms the caches), check that it printed a
+    report, and say which of the modules it imported Python loaded from bytecode and which it compiled."""
     assert argv[1] == "-m"
     proc = subprocess.run(
         [argv[0], "-c", BYTECODE_PROBE, *argv[2:]],
@@ -113,6 +114,15 @@ def bytecode_report(argv: list[str], env: dict[str, str]) -> str:
         text=True,
         check=False,
     )
+    try:  # the doctor must have answered: one JSON object with a schema_version
+        answered = "schema_version" in json.loads(proc.stdout)
+    except ValueError:
+        answered = False
+    if not answered:
+        tail = "\n".join(ln for ln in proc.stderr.splitlines() if not ln.endswith((" yes", " no")))
+        raise SystemExit(
+            f"bench: `{' '.join(argv)}` gave no report (exit {proc.returncode}):\n{tail[-2000:]}"
+        )
     states = dict(line.split(" ", 1) for line in proc.stderr.splitlines() if line.endswith((" yes", " no")))
     missing = sorted(n for n, state in states.items() if state == "no")
     line = f"{len(states) - len(missing)} of {len(states)} imported Python modules have bytecode"
@@ -123,8 +133,10 @@ def bytecode_report(argv: list[str], env: dict[str, str]) -> str:
 
 
 def series(
-    label: str, argv: list[str], runs: int, env: dict[str, str], timeout: float
+    label: str, argv: list[str], runs: int, env: dict[str, str], timeout: float, ok: tuple[int, ...]
 ) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``runs`` runs; SystemExit when a run exits with a code not in ``ok``
+    (a command that fails at once would otherwise look fast)."""
     walls: list[float] = []
     cpus: list[float] = []
     for i in range(runs):
@@ -132,6 +144,11 @@ def series(
         walls.append(wall)
         cpus.append(cpu)
         print(f"  {label} run {i + 1}: {wall:.3f} s wall, {cpu:.3f} s cpu (exit {rc})", file=sys.stderr)
+        if rc not in ok:
+            err = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False).stderr
+            raise SystemExit(
+                f"bench: `{' '.join(argv)}` exited {rc}; not timing a failing command\n{err[-2000:]}"
+            )
     return statistics.median(walls), statistics.median(cpus)
 
 
@@ -160,7 +177,7 @@ def main() -> int:
         doctor += ["--from", args.source]
     # Untimed warm-up: page cache, and the bytecode cache when one is written; lists the imports.
     bytecode = bytecode_report(doctor, env)
-    doc_wall, doc_cpu = series("doctor", doctor, args.runs, env, 120)
+    doc_wall, doc_cpu = series("doctor", doctor, args.runs, env, 120, ok=(0, 1))
 
     baseline: list[str] | None = None
     if not args.no_baseline:
@@ -186,7 +203,7 @@ def main() -> int:
         print("baseline:       none (neither vllm nor torch importable, or --no-baseline)")
         return 0
     timed(baseline, env, 600)  # warm-up, untimed, like the doctor's
-    base_wall, base_cpu = series(baseline[-1], baseline, args.baseline_runs, env, 600)
+    base_wall, base_cpu = series(baseline[-1], baseline, args.baseline_runs, env, 600, ok=(0,))
     print(f"{baseline[-1]}: {base_wall:.3f} s median of {args.baseline_runs} ({base_cpu:.3f} s cpu)")
     print(
         f"ratio:          doctor is {base_wall / doc_wall:.1f}x faster (cpu time: {base_cpu / doc_cpu:.1f}x)"
