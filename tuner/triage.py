@@ -325,6 +325,17 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 weight *= 0.6
         cand(cause).add_hit(hit, weight, stage)
 
+    # Rules on a traceback's shape (the exception class and where it was raised): weaker than any message
+    # signature, they name a cause only when no message is known (for example a ValueError raised while
+    # vLLM validated its configuration).
+    for rule in pb.structural:
+        for exc in ctx.scan.exceptions:
+            if rule.matches(exc):
+                stage = rule.signature.stage or _stage_after(ctx.scan, exc.line_no)
+                hit = Hit(rule.signature, exc.line_no, exc.text, {"exception": exc.exc}, stage)
+                cand(rule.signature.cause).add_hit(hit, rule.signature.weight, stage)
+                break
+
     if ctx.kernel is not None:
         for hit in ctx.kernel.hits:
             cause, weight = hit.signature.cause, hit.signature.weight

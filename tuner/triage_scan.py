@@ -22,6 +22,10 @@ STAGES: tuple[str, ...] = ("load", "memory_profiling", "kv_allocation", "graph_c
 CHUNK = 4 << 20
 MAX_LINE = 20_000  # characters of one line looked at (a pasted dict can be huge)
 KEEP_PER_SIGNATURE = 4
+KEEP_EXCEPTIONS = 8  # traceback ends kept (the root cause and the wrappers printed after it)
+KEEP_FRAMES = 12
+INNER_FRAMES = 4  # how many of the innermost frames say where an exception was raised
+FRAME_WINDOW = 80  # lines: a frame further above an exception line belongs to another traceback
 TAIL_BYTES = 4096
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -132,6 +136,40 @@ class Hit:
     stage: str  # furthest stage reached when the line was printed ("unknown" before any landmark)
 
 
+@dataclass(frozen=True)
+class PyException:
+    """The closing line of a Python traceback ('ValueError: ...'), with the source files of the innermost
+    frames printed just before it (Python prints the innermost frame last)."""
+
+    line_no: int
+    exc: str  # the class as printed, possibly qualified ('huggingface_hub.errors.HFValidationError')
+    message: str
+    text: str
+    frames: tuple[str, ...]  # innermost last, '/' separators
+
+
+@dataclass(frozen=True)
+class Structural:
+    """A rule on the shape of a traceback rather than on one message (signatures.toml [[structural]]):
+    the exception class, where it was raised, and optionally what its message says or must not say."""
+
+    signature: Signature  # id, cause, weight and source, for the evidence
+    exception: re.Pattern[str]  # matched against the class name without its module
+    frames: re.Pattern[str] | None  # one of the innermost frames' files must match
+    message: re.Pattern[str] | None
+    not_message: re.Pattern[str] | None
+
+    def matches(self, exc: PyException) -> bool:
+        name = exc.exc.rsplit(".", 1)[-1]
+        if not self.exception.fullmatch(name):
+            return False
+        if self.frames is not None and not any(self.frames.search(f) for f in exc.frames[-INNER_FRAMES:]):
+            return False
+        if self.message is not None and not self.message.search(exc.message):
+            return False
+        return not (self.not_message is not None and self.not_message.search(exc.message))
+
+
 @dataclass
 class ScanResult:
     """What one pass over a log found."""
@@ -148,6 +186,8 @@ class ScanResult:
     lines: int = 0
     bytes: int = 0
     tail: list[tuple[int, str]] = field(default_factory=list)
+    exceptions: list[PyException] = field(default_factory=list)  # the last KEEP_EXCEPTIONS tracebacks' ends
+    recent_frames: list[tuple[int, str]] = field(default_factory=list)  # (line, file) of the last frames
 
 
 @dataclass(frozen=True)
@@ -157,6 +197,7 @@ class Playbook:
     causes: dict[str, dict[str, Any]]
     oom_by_stage: dict[str, str]
     xid: dict[int, dict[str, Any]]
+    structural: tuple[Structural, ...] = ()
 
 
 @functools.cache
@@ -190,12 +231,40 @@ def playbook(folder: str | None = None) -> Playbook:
         for n in group.get("needles", [])
     ]
     xid = {int(k): dict(v) for k, v in cause_doc.get("xid", {}).items()}
+    structural = []
+    for raw in sig_doc.get("structural", []):
+
+        def rx(key: str, raw: dict[str, Any] = raw) -> re.Pattern[str] | None:
+            return re.compile(str(raw[key])) if raw.get(key) else None
+
+        exception = rx("exception")
+        if exception is None:
+            raise ValueError(f"structural rule {raw.get('id')!r} has no exception pattern")
+        structural.append(
+            Structural(
+                signature=Signature(
+                    id=str(raw["id"]),
+                    cause=str(raw["cause"]),
+                    needle="",
+                    regex=None,
+                    weight=float(raw.get("weight", 0.5)),
+                    stage=raw.get("stage"),
+                    kind="log",
+                    source=str(raw.get("source", "")),
+                ),
+                exception=exception,
+                frames=rx("frames"),
+                message=rx("message"),
+                not_message=rx("not_message"),
+            )
+        )
     return Playbook(
         signatures=tuple(sigs),
         landmarks=tuple(marks),
         causes={str(k): dict(v) for k, v in cause_doc.get("cause", {}).items()},
         oom_by_stage={str(k): str(v) for k, v in cause_doc.get("oom_by_stage", {}).items()},
         xid=xid,
+        structural=tuple(structural),
     )
 
 
@@ -232,9 +301,17 @@ class _Matcher:
         entries += [(m.needle, m) for m in self.marks if STAGES.index(m.stage) > self.stage_idx]
         entries += [(n, None) for n in INFO_NEEDLES if n in self.info_left]
         self.entries = entries
-        self.triggers = sorted({trigger_of(n, not isinstance(o, Signature)).encode() for n, o in entries})
+        words = {trigger_of(n, not isinstance(o, Signature)) for n, o in entries} | set(TRACEBACK_TRIGGERS)
+        self.triggers = sorted(w.encode() for w in words)
 
 
+# Lines that make up a Python traceback: its frames ('  File "/x/y.py", line 3, in f') and its closing
+# exception line ('ValueError: ...', 'torch.OutOfMemoryError: ...'), read for the [[structural]] rules.
+TRACEBACK_TRIGGERS = ('file "', "error", "exception")
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+')
+_EXC = re.compile(
+    r"(?:^|[\s\]\)>:|])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::[ \t]*(?P<msg>.*?))?\s*$"
+)
 _PID = re.compile(r"\bpid=(\d+)")
 _VERSION = re.compile(r"(?:version |\(v)(\d+\.\d+\.\d+[\w.+-]*)")
 _CONFIG_KV = re.compile(r"\b(\w+)=([^,()\s]+)")
@@ -377,7 +454,27 @@ def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, sta
     if pending or new_idx != stage_idx:
         for pid in _PID.findall(text[:200]):
             res.pids.add(int(pid))
+    _traceback_line(text, line_no, res)
     return new_idx
+
+
+def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
+    """Keep the files of recent traceback frames and the exception lines that close tracebacks."""
+    if 'File "' in text:
+        m = _FRAME.search(text[:MAX_LINE])
+        if m:
+            res.recent_frames.append((line_no, m.group("path").replace("\\", "/")))
+            del res.recent_frames[:-KEEP_FRAMES]
+        return
+    if "Error" not in text and "Exception" not in text and "Exit" not in text and "Interrupt" not in text:
+        return
+    m = _EXC.search(text[:MAX_LINE])
+    if m is None:
+        return
+    frames = tuple(path for n, path in res.recent_frames if line_no - n <= FRAME_WINDOW)
+    res.exceptions.append(PyException(line_no, m.group("exc"), (m.group("msg") or "")[:500], text[:1000], frames))
+    del res.exceptions[:-KEEP_EXCEPTIONS]
+    res.recent_frames.clear()  # the next traceback brings its own frames
 
 
 def _info(needle: str, text: str, res: ScanResult) -> bool:
