@@ -626,6 +626,14 @@ def test_an_oom_line_with_no_stage_landmark_is_a_weak_guess_with_start_up_altern
         "Feb 24 11:16:31 h systemd[1]: x.service: A process of this unit has been killed by the OOM killer.",
         "Feb 24 11:16:32 host systemd[1]: vllm.service: Failed with result 'oom-kill'.",
         "      Reason:       OOMKilled",
+        # Ray's own host-memory monitor (vLLM's Ray executor): its three wordings
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure (OOM), "
+        "0 Workers crashed due to other reasons at node (ID: 35, IP: 10.0.0.7) over the last time period.",
+        "Memory on the node (IP: 10.0.0.7, ID: 70) where the task (actor ID: 0d, name=RayWorker.__init__, "
+        "pid=308, memory used=11.15GB) was running was 12.49GB / 13.15GB (0.950003), which exceeds the "
+        "memory usage threshold of 0.95. Ray killed this worker (ID: 79) because it was the most recently "
+        "scheduled task",
     ],
 )
 def test_service_manager_and_container_oom_kills_are_host_ram(tmp_path: Path, line: str) -> None:
@@ -666,6 +674,15 @@ def test_v0_swap_space_exhausted_doubles_the_swap_space(tmp_path: Path) -> None:
         ),
         ("huggingface_hub/utils/_http.py", ["Client Error.", "Cannot access gated repo"]),
         ("vllm/v1/worker/gpu_worker.py", ["check_if_supports_dtype"]),
+        (
+            "huggingface_hub/utils/_validators.py",
+            ["Repo id must be in the form", "Repo id must use alphanumeric"],
+        ),
+        ("transformers/utils/hub.py", ["does not appear to have a file named"]),
+        (
+            "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py",
+            ["Quantization scheme is not supported for the current GPU. "],
+        ),
     ],
 )
 def test_messages_in_the_installed_packages_are_the_ones_the_signatures_match(
@@ -687,6 +704,18 @@ def test_messages_in_the_installed_packages_are_the_ones_the_signatures_match(
         ),
         "huggingface_hub/utils/_http.py": "huggingface_hub.errors.GatedRepoError: 401 Client Error. (x)",
         "vllm/v1/worker/gpu_worker.py": "    current_platform.check_if_supports_dtype(self.model_config)",
+        "huggingface_hub/utils/_validators.py": (
+            "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+            "'namespace/repo_name': '/models/x'. Use `repo_type` argument if needed."
+        ),
+        "transformers/utils/hub.py": (
+            "OSError: /models/x does not appear to have a file named config.json. Checkout "
+            "'https://huggingface.co//models/x/tree/None' for available files."
+        ),
+        "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py": (
+            "RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: 80. "
+            "Current capability: 75."
+        ),
     }[rel]
     hit = [s for s in sigs.values() if (s.needle in (rendered.lower() if s.nocase else rendered))]
     assert any(s.regex is None or s.regex.search(rendered) for s in hit), rendered
@@ -735,3 +764,123 @@ def test_weights_oom_never_shards_over_gpus_the_run_was_not_given(tmp_path: Path
     d = diagnose(run)
     assert "--tensor-parallel-size" not in d.remediation.flag_changes
     assert all("--tensor-parallel-size" not in a.flag_changes for a in d.remediation.alternatives)
+
+
+# ------------------------------------------------------- traceback shape, model paths, round-3 classes
+def _traceback(frames: list[str], last: str) -> str:
+    body = "".join(f'  File "{f}", line 10, in fn\n    call()\n' for f in frames)
+    return "Traceback (most recent call last):\n" + body + last + "\n"
+
+
+def test_an_unknown_error_raised_while_vllm_builds_its_config_is_a_config_error_at_medium_confidence(
+    tmp_path: Path,
+) -> None:
+    log = _traceback(
+        [
+            "/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/api_server.py",
+            "/venv/lib/python3.12/site-packages/vllm/engine/arg_utils.py",
+            "/venv/lib/python3.12/site-packages/vllm/config/model.py",
+        ],
+        "(APIServer pid=7) ValueError: rope_scaling must have a 'factor' field with a float value",
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "config_error_not_resource" and not d.memory
+    assert 0.5 <= d.confidence < 0.7  # a rule on the traceback's shape, not a known message
+    assert any("py.config_validation" in e.detail for e in d.evidence)
+
+
+def test_the_same_error_raised_in_the_model_runner_or_about_memory_stays_unknown(tmp_path: Path) -> None:
+    runner = _traceback(
+        ["/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py"],
+        "ValueError: the 'factor' field must be a float value",
+    )
+    assert diagnose(_write(tmp_path, "a.log", runner)).cause == "unknown"
+    memory = _traceback(
+        ["/venv/lib/python3.12/site-packages/vllm/config/cache.py"],
+        "ValueError: not enough memory for the requested swap space",
+    )
+    assert diagnose(_write(tmp_path, "b.log", memory)).cause == "unknown"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/app/bge_m3'. Use `repo_type` argument if needed.",
+        "OSError: Repo id must use alphanumeric chars, '-', '_' or '.'. The name cannot start or end "
+        "with '-' or '.' and the maximum length is 96: '../models//x'.",
+        "huggingface_hub.utils._errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=1-x)",
+        "OSError: /models/llama does not appear to have a file named config.json. Checkout "
+        "'https://huggingface.co//models/llama/tree/None' for available files.",
+        "LocalEntryNotFoundError: Cannot find the requested files in the disk cache and outgoing traffic has "
+        "been disabled. To enable hf.co look-ups and downloads online, set 'local_files_only' to False.",
+        "ValueError: The checkpoint you are trying to load has model type `qwen3` but Transformers does not "
+        "recognize this architecture. This could be because of an issue with the checkpoint, or because your "
+        "version of Transformers is out of date.",
+    ],
+)
+def test_a_model_that_cannot_be_resolved_is_a_path_or_hub_problem_not_memory(
+    tmp_path: Path, line: str
+) -> None:
+    d = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert d.cause == "config_error_not_resource" and not d.memory
+    if "does not recognize" not in line:
+        assert "path" in d.remediation.summary
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # vLLM 0.5 .. 0.31: three arguments to RuntimeError, printed as a tuple
+        "RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min capability: "
+        "80. ', 'Current capability: 75.')",
+        # vLLM 0.32: one sentence
+        "RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: 80. "
+        "Current capability: 75.",
+    ],
+)
+def test_the_quantization_scheme_capability_error_in_both_printed_forms(tmp_path: Path, line: str) -> None:
+    d = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert d.cause == "quant_or_dtype_unsupported_on_gpu"
+    assert "80" in d.remediation.summary and "75" in d.remediation.summary
+
+
+def test_shell_killed_glued_to_a_progress_bar_is_a_weak_host_ram_guess(tmp_path: Path) -> None:
+    line = "Loading checkpoint shards:   0%|          | 0/2 [00:00<?, ?it/s]Killed\n"
+    d = diagnose(_write(tmp_path, "x.log", line))
+    assert d.cause == "host_ram_oom_killed" and d.confidence < 0.7
+    assert diagnose(_write(tmp_path, "y.log", "INFO: request 12 Killed by its client\n")).cause == "unknown"
+
+
+def test_nccl_shm_segment_creation_is_shm_but_a_missing_segment_is_not(tmp_path: Path) -> None:
+    created = (
+        "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:317, unhandled system error\n"
+        "Last error:\nError while creating shared memory segment /dev/shm/nccl-F9ffgB (size 9637888)\n"
+    )
+    assert diagnose(_write(tmp_path, "a.log", created)).cause == "shm_insufficient"
+    attach = (
+        "host:1:1 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment "
+        "/dev/shm/nccl- (size 192814336), error: No such file or directory (2)\n"
+    )
+    assert diagnose(_write(tmp_path, "b.log", attach)).cause != "shm_insufficient"
+
+
+def test_a_v0_worker_oom_inside_the_profiling_call_is_a_profile_run_oom(tmp_path: Path) -> None:
+    log = (
+        "INFO 11-05 03:21:41 model_runner.py:1025] Loading model weights took 10.0714 GB\n"
+        "(VllmWorkerProcess pid=67) ERROR 11-05 03:21:52 multiproc_worker_utils.py:233] Exception in worker "
+        "VllmWorkerProcess while processing method determine_num_available_blocks: CUDA out of memory. Tried "
+        "to allocate 1.95 GiB. GPU 1 has a total capacity of 22.09 GiB of which 758.44 MiB is free.\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert (d.cause, d.stage) == ("oom_sampler_warmup_or_profile_run", "memory_profiling")
+
+
+def test_an_error_that_names_a_vllm_argument_is_a_weak_config_guess_unless_it_speaks_of_memory(
+    tmp_path: Path,
+) -> None:
+    line = "ValueError: max_num_batched_tokens (2048) must be greater than or equal to max_num_seqs (4096).\n"
+    d = diagnose(_write(tmp_path, "a.log", line))
+    assert d.cause == "config_error_not_resource" and d.confidence < 0.5
+    memory = "ValueError: max_num_seqs (1024) needs more memory than the KV cache has.\n"
+    assert diagnose(_write(tmp_path, "b.log", memory)).cause == "unknown"

@@ -2,10 +2,10 @@
 H200 OOM traces, and logs users posted in public issue threads (each .toml names its source URL, label
 and the evidence for the label).
 
-Held-out accuracy (tests/corpus/HELDOUT.md): the 49 `ho-*` logs scored 37/49 (75.5%) with the triage
-that existed when they were collected, and the 12 `ho2-*` logs collected after the rule changes scored
-7/12 on first run; both sets are now part of the corpus, so the overall figure printed below is
-coverage of studied failures, not a generalisation estimate."""
+Held-out accuracy (tests/corpus/HELDOUT.md), first run of each set with the triage that existed when
+it was collected: `ho-` 37/49 (75.5%), `ho2-` 7/12, `ho3-` 29/37 (78.4%), `ho4-` 17/20 (85%). All
+sets are now part of the corpus, so the overall figure printed below is coverage of studied
+failures, not a generalisation estimate."""
 
 from __future__ import annotations
 

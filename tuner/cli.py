@@ -21,7 +21,10 @@ app = typer.Typer(
     name="gputune",
     help=(
         "Make a Linux GPU host serve large language models with vLLM well, and explain why when it"
-        " doesn't.\n\nExit codes: 0 all is well; 1 the command worked and the answer is bad (a check"
+        " doesn't.\n\nA usual session: `gputune doctor`, then `gputune plan --model qwen72b-gptq`, then"
+        " `gputune launch --model qwen72b-gptq`; if the server dies, `gputune triage runs/<run>`."
+        " `gputune COMMAND --help` shows each command's options and examples.\n\n"
+        "Exit codes: 0 all is well; 1 the command worked and the answer is bad (a check"
         " failed, a plan was refused, a server died, a tunable could not be set, no cause found);"
         " 2 usage error; 3 gputune itself broke."
     ),
@@ -42,6 +45,10 @@ class FailOn(str, Enum):  # noqa: UP042 - StrEnum would change str() of members
     warn = "warn"
     error = "error"
 
+
+FormatOpt = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="table (for a terminal) or json (for a program).")
+]
 
 _DEBUG = {"on": bool(os.environ.get("GPUTUNE_DEBUG"))}
 
@@ -67,9 +74,7 @@ def doctor(
             " root: proc/, sys/, etc/os-release, nvidia-smi.xml, pip-freeze.txt, dmesg.txt).",
         ),
     ] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table (terminal) or json.")] = (
-        OutputFormat.table
-    ),
+    fmt: FormatOpt = OutputFormat.table,
     only: Annotated[
         list[str] | None, typer.Option("--only", help="Run only these check ids (repeat, or a,b).")
     ] = None,
@@ -127,7 +132,15 @@ def snapshot(
     ),
 ) -> None:
     """Capture what the doctor reads (sysfs/procfs subsets, nvidia-smi -q -x, NVML, packages, kernel log
-    tail) into a tarball, secrets redacted, for `gputune doctor --from FILE` elsewhere."""
+    tail) into a tarball, secrets redacted, for `gputune doctor --from FILE` elsewhere. Prints the
+    tarball's path on stdout.
+
+    Examples:
+
+      gputune snapshot -o gpu-host-1.tar.gz
+
+      gputune doctor --from gpu-host-1.tar.gz --format json
+    """
     from tuner import snapshot as snapshot_mod
 
     _exit(snapshot_mod.main(output=output))
@@ -152,6 +165,26 @@ GpuMemOpt = Annotated[
     ),
 ]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Number of GPUs to plan for (tensor parallel).")]
+BindHostOpt = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="Address vLLM binds; one other than loopback needs --api-key or --allow-unauthenticated.",
+    ),
+]
+PortOpt = Annotated[int, typer.Option("--port", help="Port vLLM listens on.")]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="VLLM_API_KEY",
+        help="API key the server requires; launch passes it to vLLM through VLLM_API_KEY, never the"
+        " command line.",
+    ),
+]
+AllowUnauthenticatedOpt = Annotated[
+    bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback bind without an API key.")
+]
 VllmArgs = Annotated[
     list[str] | None,
     typer.Argument(help="Extra vLLM arguments after `--`; they win over the plan.", show_default=False),
@@ -163,15 +196,11 @@ def plan(
     model: ModelOpt = "",
     gpu_mem: GpuMemOpt = None,
     gpus: GpusOpt = None,
-    host: Annotated[str, typer.Option("--host", help="Address vLLM binds.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port vLLM listens on.")] = 8000,
-    api_key: Annotated[
-        str | None, typer.Option("--api-key", envvar="VLLM_API_KEY", help="API key for the server.")
-    ] = None,
-    allow_unauthenticated: Annotated[
-        bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback bind without an API key.")
-    ] = False,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.table,
+    host: BindHostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    api_key: ApiKeyOpt = None,
+    allow_unauthenticated: AllowUnauthenticatedOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
     list_models: Annotated[
         bool, typer.Option("--list-models", help="List the built-in model profiles.")
     ] = False,
@@ -210,19 +239,10 @@ def launch(
     model: ModelOpt = "",
     gpu_mem: GpuMemOpt = None,
     gpus: GpusOpt = None,
-    host: Annotated[str, typer.Option("--host", help="Address vLLM binds (default loopback).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port vLLM listens on.")] = 8000,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar="VLLM_API_KEY",
-            help="API key; passed to vLLM through VLLM_API_KEY, never the command line.",
-        ),
-    ] = None,
-    allow_unauthenticated: Annotated[
-        bool, typer.Option("--allow-unauthenticated", help="Allow a non-loopback bind without an API key.")
-    ] = False,
+    host: BindHostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    api_key: ApiKeyOpt = None,
+    allow_unauthenticated: AllowUnauthenticatedOpt = False,
     run_dir: Annotated[
         Path | None,
         typer.Option("--run-dir", help="Where to keep this run's records (default runs/<time>-<model>)."),
@@ -310,7 +330,7 @@ def triage(
     exit_code: Annotated[
         int | None, typer.Option("--exit-code", help="The process's exit status (-9 = SIGKILL).")
     ] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.table,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Say why a vLLM run died (which kind of OOM, or which lookalike), with the evidence and the next
     arguments to try. Exit 0 when a cause is found, 1 when it is `unknown`.
@@ -350,7 +370,7 @@ def tune(
     root: Annotated[
         Path | None, typer.Option("--root", help="Operate on another host root (a test tree). Default: /.")
     ] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.table,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Fix what software can fix on the host, safely: dry run by default, a journal of old values,
     read-back verification, and `--revert`.

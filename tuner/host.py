@@ -74,6 +74,16 @@ class Reading(Generic[T]):
     def missing(state: State, reason: str) -> Reading[T]:
         return Reading(state, None, reason)
 
+    def as_int(self) -> int | None:
+        """The value read as a whole number (a sysfs/procfs count or setting); None when the value is
+        missing or not one."""
+        if self.state is not State.OK or not isinstance(self.value, str):
+            return None
+        try:
+            return int(self.value.strip())
+        except ValueError:
+            return None
+
     def map(self, fn: Callable[[T], object]) -> Reading[object]:
         """Apply a parser; a parser that raises turns the reading into ERROR with the reason."""
         if self.state is not State.OK or self.value is None:

@@ -33,7 +33,6 @@ import contextlib
 import ctypes
 import errno
 import http.client
-import ipaddress
 import json
 import os
 import shlex
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tuner.errors import BadAnswer, ExitCode, UsageError
+from tuner.probes.net import is_loopback
 from tuner.rundir import (
     COMMAND,
     DMESG,
@@ -147,17 +147,6 @@ def remove_flag(args: Sequence[str], flag: str) -> list[str]:
             continue
         out.append(a)
     return out
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and ``localhost`` are loopback; ``0.0.0.0``, ``::`` and names are not."""
-    h = host.strip().strip("[]")
-    if h.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
 
 
 def connect_host(host: str) -> str:
@@ -1123,10 +1112,9 @@ def main(
     injected by tests (a fake server script instead of vLLM); the CLI passes none of them."""
     started = time.monotonic()
     age = _process_age()
-    if not model:
-        raise UsageError("--model is required", "e.g. gputune launch --model qwen72b-gptq")
-    if not 0 < port < 65536:
-        raise UsageError(f"--port {port} is not a port number", "give 1-65535")
+    from tuner.plan import check_options
+
+    check_options(model, gpus, port)
     if telemetry_interval <= 0 or ready_timeout <= 0:
         raise UsageError("--telemetry-interval and --ready-timeout must be positive")
     if auto_fix < 0:

@@ -25,7 +25,6 @@ computes with them, warns when vLLM will refuse them, and never rewrites them.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import os
@@ -49,6 +48,7 @@ from tuner.models import (
     resolve_model,
     weight_estimate,
 )
+from tuner.probes.net import is_loopback
 from tuner.vllm_cli import ASSUMED_VERSION, VllmHelp
 
 GiB = 1 << 30
@@ -319,15 +319,6 @@ def _user_kv_memory(uval: Mapping[str, str | None], warnings: list[str]) -> int 
     except ValueError:
         warnings.append(f"--kv-cache-memory-bytes {raw!r} is not a size; vLLM will refuse it")
         return None
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _gib(n: float) -> str:
@@ -721,20 +712,13 @@ def _quant_arg(spec: ModelSpec, dev: Device | None) -> tuple[str | None, str]:
     cc = dev.compute_capability if dev else None
     marlin_ok = cc is None or cc >= (8, 0)
     m = q.method.lower()
-    if m == "gptq":
+    if m in ("gptq", "awq"):  # int4 checkpoints: both have a Marlin kernel on sm80+
         if marlin_ok:
-            return "gptq_marlin", (
-                f"checkpoint is GPTQ int{q.bits} g{q.group_size}; the Marlin kernel (sm80+) is"
+            return f"{m}_marlin", (
+                f"checkpoint is {m.upper()} int{q.bits} g{q.group_size}; the Marlin kernel (sm80+) is"
                 " vLLM's fast path for it" + ("" if cc else ", assuming an Ampere or newer card")
             )
-        return "gptq", f"checkpoint is GPTQ int{q.bits}; Marlin needs sm80+, this card is sm{_sm(cc)}"
-    if m == "awq":
-        if marlin_ok:
-            return "awq_marlin", (
-                f"checkpoint is AWQ int{q.bits} g{q.group_size}; the Marlin kernel (sm80+) is"
-                " vLLM's fast path for it" + ("" if cc else ", assuming an Ampere or newer card")
-            )
-        return "awq", f"checkpoint is AWQ int{q.bits}; Marlin needs sm80+, this card is sm{_sm(cc)}"
+        return m, f"checkpoint is {m.upper()} int{q.bits}; Marlin needs sm80+, this card is sm{_sm(cc)}"
     if m == "fp8":
         slow = cc is not None and cc < (8, 9)
         return "fp8", (
@@ -1453,6 +1437,16 @@ def render_rich(plan: Plan) -> None:
         console.print(f"nearest plan: {plan.nearest_plan.reason}", highlight=False)
 
 
+def check_options(model: str, gpus: int | None, port: int) -> None:
+    """The checks `plan` and `launch` share on their common options; UsageError when one is wrong."""
+    if not model:
+        raise UsageError("--model is required", "built-in profiles: " + ", ".join(sorted(load_profiles())))
+    if gpus is not None and gpus < 1:
+        raise UsageError("--gpus must be at least 1")
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port} is not a TCP port", "give 1-65535")
+
+
 def main(
     model: str,
     gpu_mem: str | None,
@@ -1474,12 +1468,7 @@ def main(
             for n, p in profiles.items():
                 print(f"{n:18} {p.hf_id or '':45} {p.description}")
         return int(ExitCode.OK)
-    if not model:
-        raise UsageError("--model is required", "built-in profiles: " + ", ".join(sorted(load_profiles())))
-    if gpus is not None and gpus < 1:
-        raise UsageError("--gpus must be at least 1")
-    if not 0 < port < 65536:
-        raise UsageError(f"--port {port} is not a TCP port")
+    check_options(model, gpus, port)
     req = PlanRequest(
         model=model,
         gpu_mem=gpu_mem,

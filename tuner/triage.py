@@ -36,6 +36,17 @@ from tuner.triage_inputs import (
 from tuner.triage_scan import STAGES, Hit, Playbook, ScanResult, playbook, scan
 
 UNKNOWN = "unknown"
+# Signatures that mean the model (path or Hub id) could not be resolved: their advice is about the path.
+HUB_RESOLUTION_SIGNATURES = frozenset(
+    {
+        "hf.invalid_repo_id",
+        "hf.hub_exception",
+        "hf.hub_exception_bare",
+        "hf.repo_not_found",
+        "hf.model_files_unreachable",
+        "py.hub_client",
+    }
+)
 MIN_CONFIDENCE = 0.3
 # A CUDA OOM with no stage landmark before or after it: the label stays "runtime" (the stage map's
 # default) but weakly, with the start-up labels as alternatives.
@@ -862,7 +873,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 f"This GPU{' (compute capability ' + cap + ')' if cap else ''} has no bfloat16: "
                 "use --dtype half."
             )
-        elif "vllm.quant_min_capability" in sig_ids:
+        elif sig_ids & {"vllm.quant_min_capability", "vllm.quant_scheme_capability"}:
             method = g.get("method") or str(ctx.arg("quantization") or "")
             summary = (
                 f"Quantization {method or '(this method)'} needs compute capability "
@@ -902,6 +913,16 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 "The Hugging Face Hub refused the model download (401/403: no token or no access granted to "
                 "a gated repository; 404: wrong name or private repository). Request access on the model "
                 "page, then export HF_TOKEN; or pass a local path. Not a memory problem."
+            )
+        elif top.sig_ids & HUB_RESOLUTION_SIGNATURES:
+            model = ctx.arg("model")
+            summary = (
+                f"The model{' ' + repr(model) if model else ''} could not be resolved: a --model that is "
+                "not an existing local directory is looked up as a Hugging Face Hub id, so a mistyped, "
+                "relative or unmounted path fails this way, as do a wrong repo name, a missing config.json, "
+                "offline mode without a cached copy, or no network. Check that the path exists and holds "
+                "config.json and the weights (use an absolute path), or give a valid repo id. "
+                "Not a memory problem."
             )
         elif "net.address_in_use" in top.sig_ids:
             port = ctx.arg("port")

@@ -63,6 +63,7 @@ ANCHORS: tuple[str, ...] = (
     "quantization",
     "lost",
     "parallel size",
+    "recogni",
 )
 # Words common in a healthy log: they only serve stage landmarks and configuration lines, which retire.
 LANDMARK_ANCHORS: tuple[str, ...] = (
@@ -84,6 +85,8 @@ LANDMARK_ANCHORS: tuple[str, ...] = (
     "config:",
     "cpu_",
     "version",
+    "processing method",
+    "profile run",
 )
 
 # Lines that describe the configuration (current argument values, vLLM version, device).
@@ -307,10 +310,14 @@ class _Matcher:
 
 # Lines that make up a Python traceback: its frames ('  File "/x/y.py", line 3, in f') and its closing
 # exception line ('ValueError: ...', 'torch.OutOfMemoryError: ...'), read for the [[structural]] rules.
-TRACEBACK_TRIGGERS = ('file "', "error", "exception")
+TRACEBACK_TRIGGERS = (
+    'file "',
+    "error",
+)  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+')
 _EXC = re.compile(
-    r"(?:^|[\s\]\)>:|])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::[ \t]*(?P<msg>.*?))?\s*$"
+    r"(?:^|[\s\]\)>:|])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))"
+    r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
 _PID = re.compile(r"\bpid=(\d+)")
 _VERSION = re.compile(r"(?:version |\(v)(\d+\.\d+\.\d+[\w.+-]*)")
@@ -472,7 +479,8 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
     if m is None:
         return
     frames = tuple(path for n, path in res.recent_frames if line_no - n <= FRAME_WINDOW)
-    res.exceptions.append(PyException(line_no, m.group("exc"), (m.group("msg") or "")[:500], text[:1000], frames))
+    msg = (m.group("msg") or "")[:500]
+    res.exceptions.append(PyException(line_no, m.group("exc"), msg, text[:1000], frames))
     del res.exceptions[:-KEEP_EXCEPTIONS]
     res.recent_frames.clear()  # the next traceback brings its own frames
 

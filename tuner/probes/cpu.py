@@ -124,16 +124,6 @@ def parse_cpuinfo(text: str) -> CpuInfo:
     return CpuInfo(model, vendor, processors, flags or frozenset())
 
 
-def _int(host: Host, path: str) -> int | None:
-    r = host.read_value(path)
-    if not r.ok or r.value is None:
-        return None
-    try:
-        return int(r.value)
-    except ValueError:
-        return None
-
-
 def _text(host: Host, path: str) -> str | None:
     r = host.read_value(path)
     return r.value if r.ok and r.value else None
@@ -144,8 +134,8 @@ def _freq_of(host: Host, base: str, cpu: int) -> CpuFreq:
         cpu=cpu,
         governor=_text(host, f"{base}/scaling_governor"),
         driver=_text(host, f"{base}/scaling_driver"),
-        max_khz=_int(host, f"{base}/scaling_max_freq"),
-        hw_max_khz=_int(host, f"{base}/cpuinfo_max_freq"),
+        max_khz=host.read_value(f"{base}/scaling_max_freq").as_int(),
+        hw_max_khz=host.read_value(f"{base}/cpuinfo_max_freq").as_int(),
     )
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuner.host import Host, Reading, State
+from tuner.host import Host, State
 
 if TYPE_CHECKING:
     from tuner.probes import Facts
@@ -267,15 +267,6 @@ def parse_cgroup_limit(text: str) -> int | None:
 
 
 # -- reading ------------------------------------------------------------------------------------
-def _int_reading(r: Reading[str]) -> int | None:
-    if not r.ok or r.value is None:
-        return None
-    try:
-        return int(r.value.strip())
-    except ValueError:
-        return None
-
-
 def read_meminfo(host: Host) -> tuple[dict[str, int], str]:
     r = host.read_text("/proc/meminfo", limit=256 << 10)
     if not r.ok or r.value is None:
@@ -400,8 +391,8 @@ def probe(facts: Facts) -> MemoryFacts:
         cgroup_reason=cg_reason,
         thp_enabled=parse_selected(thp.value) if thp.ok and thp.value else None,
         thp_defrag=parse_selected(defrag.value) if defrag.ok and defrag.value else None,
-        swappiness=_int_reading(host.read_value("/proc/sys/vm/swappiness")),
-        overcommit_memory=_int_reading(host.read_value("/proc/sys/vm/overcommit_memory")),
+        swappiness=host.read_value("/proc/sys/vm/swappiness").as_int(),
+        overcommit_memory=host.read_value("/proc/sys/vm/overcommit_memory").as_int(),
         rdma_devices=tuple(ib.value or ()) if ib.ok else (),
     )
 

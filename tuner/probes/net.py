@@ -22,6 +22,22 @@ if TYPE_CHECKING:
 # Ports vLLM deployments use: its default 8000 and neighbours, and the usual proxy-facing ones.
 VLLM_PORTS = frozenset({8000, 8001, 8002, 8003, 8080, 8888, 9000})
 _LISTEN = "0A"
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether an address or name reaches only this machine: 127.0.0.0/8, ::1, ::ffff:127.x and the
+    standard loopback names; ``0.0.0.0``, ``::`` and other names do not."""
+    h = host.strip().strip("[]")
+    if h.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        ip = ipaddress.ip_address(h)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback
+    return ip.is_loopback
 
 
 @dataclass(frozen=True)
@@ -33,13 +49,7 @@ class Listener:
 
     @property
     def loopback(self) -> bool:
-        try:
-            ip = ipaddress.ip_address(self.address)
-        except ValueError:
-            return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped.is_loopback
-        return ip.is_loopback
+        return is_loopback(self.address)
 
 
 @dataclass(frozen=True)

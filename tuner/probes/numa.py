@@ -173,15 +173,6 @@ def parse_status_cpus(text: str) -> tuple[int, ...] | None:
 
 
 # -- reading ------------------------------------------------------------------------------------
-def _int_or_none(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
 def read_nodes(host: Host) -> tuple[tuple[NumaNode, ...], str]:
     from tuner.probes.memory import parse_meminfo
 
@@ -224,7 +215,7 @@ def _sysfs_nvidia_gpus(host: Host) -> list[str]:
 
 
 def _sysfs_gpu(host: Host, bus: str) -> tuple[int | None, tuple[int, ...] | None]:
-    node = _int_or_none(host.read_value(f"{PCI_DEVICES}/{bus}/numa_node").value)
+    node = host.read_value(f"{PCI_DEVICES}/{bus}/numa_node").as_int()
     cpus: tuple[int, ...] | None = None
     cpulist_r = host.read_value(f"{PCI_DEVICES}/{bus}/local_cpulist")
     mask_r = host.read_value(f"{PCI_DEVICES}/{bus}/local_cpus")
@@ -296,7 +287,7 @@ def probe(facts: Facts) -> NumaFacts:
     cpus, cpus_source = read_process_cpus(host)
     return NumaFacts(
         nodes=nodes,
-        balancing=_int_or_none(bal.value) if bal.ok else None,
+        balancing=bal.as_int(),
         process_cpus=cpus,
         gpu_nodes={g.pci_bus_id: g.node for g in gpus},
         gpus=gpus,

@@ -92,10 +92,6 @@ class PcieFacts:
     under_load_requested: bool = False
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
-
-
 def read_sysfs_link(host: Host, bus_id: str) -> SysfsLink | None:
     """The GPU's link and its slot's maximum from sysfs; None when the device has no link files."""
     base = f"/sys/bus/pci/devices/{bus_id}"
@@ -112,14 +108,14 @@ def read_sysfs_link(host: Host, bus_id: str) -> SysfsLink | None:
         parent = ""
     if parent and parent != base.rsplit("/", 1)[0]:
         slot_gen = gen_of_speed(host.read_value(f"{parent}/max_link_speed").value)
-        slot_width = _int(host.read_value(f"{parent}/max_link_width").value)
+        slot_width = host.read_value(f"{parent}/max_link_width").as_int()
     return SysfsLink(
         speed_current=cur.value,
         speed_max=mx.value,
         gen_current=gen_of_speed(cur.value),
         gen_max=gen_of_speed(mx.value),
-        width_current=_int(wcur.value),
-        width_max=_int(wmax.value),
+        width_current=wcur.as_int(),
+        width_max=wmax.as_int(),
         slot_gen_max=slot_gen,
         slot_width_max=slot_width,
     )
