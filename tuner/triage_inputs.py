@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from collections import deque
 from dataclasses import dataclass, field
@@ -213,22 +214,17 @@ def _read_recorder(header: str, fh: io.TextIOBase | Any, summ: _Summariser) -> T
 
 
 def _read_dmon(first: str, fh: Any, summ: _Summariser) -> TelemetrySummary:
-    cols = first.lstrip("#").split()
-    for line in fh:
-        if line.startswith("#"):
-            names = line.lstrip("#").split()
-            if "gpu" in names or ("Idx" not in names and "fb" in names):
-                cols = names
+    """`nvidia-smi dmon` text, through the project's one dmon parser (tuner.telemetry.DmonParser)."""
+    from tuner.telemetry import DmonParser
+
+    parser = DmonParser()
+    for line in itertools.chain([first], fh):
+        sample = parser.feed(line)
+        if sample is None:
             continue
-        parts = line.split()
-        if not parts:
-            continue
-        row = dict(zip(cols, parts, strict=False))
-        gpu_id = row.get("gpu") or row.get("Idx")
-        if gpu_id and len(summ.gpu_ids) < 64:
-            summ.gpu_ids.add(gpu_id)
-        used = _num(row.get("fb", "-"))
-        util = _num(row.get("sm", "-"))
+        if sample.gpu is not None and len(summ.gpu_ids) < 64:
+            summ.gpu_ids.add(str(sample.gpu))
+        used, util = sample.values.get("fb"), sample.values.get("sm")
         if used is None and util is None:
             continue
         summ.add(used, None, util)
