@@ -228,3 +228,10 @@ def test_exit_code_follows_fail_on_and_errors_count_only_for_fail_on_error(
     statuses: list[Status], fail_on: str, code: int
 ) -> None:
     assert exit_code_for([Finding("x.y", s, "s") for s in statuses], fail_on) == code
+
+
+def test_a_pipe_given_as_snapshot_is_a_usage_error_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "snap.tar.gz"
+    os.mkfifo(fifo)
+    r = doctor("--from", str(fifo))
+    assert r.returncode == 2 and "not a folder or a regular file" in r.stderr

@@ -646,3 +646,9 @@ def test_cli_refuses_an_open_bind_with_exit_1_and_one_message(tiny_llama: Path, 
     assert res.returncode == 1
     assert "without an API key" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_dir_that_cannot_be_made_is_a_usage_error(tmp_path: Path, fake_server: list[str]) -> None:
+    (tmp_path / "a-file").write_text("not a folder\n")
+    with pytest.raises(UsageError, match="cannot keep the run's records"):
+        run_launch(tmp_path, fake_server, free_port(), run_dir=tmp_path / "a-file" / "run")

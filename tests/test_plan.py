@@ -196,6 +196,23 @@ def test_user_max_model_len_wins_and_is_warned_about_when_the_kv_cache_cannot_ho
     assert plan.reasons["--max-model-len"].startswith("set by you")
 
 
+def test_user_lengths_in_vllms_human_readable_spelling_are_read_as_vllm_reads_them(
+    cpu_vm: Host, help_032: VllmHelp
+) -> None:
+    extra = ("--max-model-len", "16k", "--max-num-batched-tokens", "8K")
+    plan = plan_for(PlanRequest("qwen72b-gptq", gpu_mem="80GiB", extra_args=extra), cpu_vm, help_032)
+    assert plan.max_model_len == 16000  # lower-case k is 1000 in vllm/utils/argparse_utils.py
+    assert not any("is not a number" in w for w in plan.warnings)
+    auto = plan_for(
+        PlanRequest("qwen72b-gptq", gpu_mem="80GiB", extra_args=("--max-model-len", "auto")), cpu_vm, help_032
+    )
+    assert not any("is not a number" in w for w in auto.warnings)
+    bad = plan_for(
+        PlanRequest("qwen72b-gptq", gpu_mem="80GiB", extra_args=("--max-model-len", "lots")), cpu_vm, help_032
+    )
+    assert any("--max-model-len 'lots' is not a number" in w for w in bad.warnings)
+
+
 def test_user_gpu_memory_utilization_is_used_in_the_numbers(cpu_vm: Host, help_032: VllmHelp) -> None:
     base = plan_for(PlanRequest("qwen72b-gptq", gpu_mem="48GiB"), cpu_vm, help_032)
     mine = plan_for(

@@ -219,3 +219,12 @@ def test_hand_assembled_snapshot_folder_is_diagnosed(tmp_path: Path, shared_fixt
     assert got["pcie.link"]["status"] == "pass" and got["kernel.xid"]["status"] == "fail"
     assert got["driver.cuda"]["status"] == "pass"
     assert got["driver.cuda"]["evidence"]["vllm_torch_requirement"].startswith("unknown")
+
+
+def test_snapshot_onto_a_pipe_is_refused_and_the_pipe_left_alone(tmp_path: Path) -> None:
+    fifo = tmp_path / "out.tar.gz"
+    os.mkfifo(fifo)
+    res = gputune("snapshot", "-o", str(fifo))
+    assert res.returncode == 2
+    assert "not a regular file" in res.stderr and "Traceback" not in res.stderr
+    assert fifo.is_fifo()

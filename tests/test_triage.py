@@ -683,6 +683,8 @@ def test_v0_swap_space_exhausted_doubles_the_swap_space(tmp_path: Path) -> None:
             "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py",
             ["Quantization scheme is not supported for the current GPU. "],
         ),
+        ("vllm/model_executor/models/registry.py", ["Error in inspecting model architecture '%s'"]),
+        ("torch/include/c10/cuda/driver_api.h", ['"CUDA driver error: "']),
     ],
 )
 def test_messages_in_the_installed_packages_are_the_ones_the_signatures_match(
@@ -716,6 +718,10 @@ def test_messages_in_the_installed_packages_are_the_ones_the_signatures_match(
             "RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: 80. "
             "Current capability: 75."
         ),
+        "vllm/model_executor/models/registry.py": (
+            "ERROR 10-23 23:20:26 registry.py:272] Error in inspecting model architecture 'LlamaForCausalLM'"
+        ),
+        "torch/include/c10/cuda/driver_api.h": "RuntimeError: CUDA driver error: out of memory",
     }[rel]
     hit = [s for s in sigs.values() if (s.needle in (rendered.lower() if s.nocase else rendered))]
     assert any(s.regex is None or s.regex.search(rendered) for s in hit), rendered
@@ -884,3 +890,176 @@ def test_an_error_that_names_a_vllm_argument_is_a_weak_config_guess_unless_it_sp
     assert d.cause == "config_error_not_resource" and d.confidence < 0.5
     memory = "ValueError: max_num_seqs (1024) needs more memory than the KV cache has.\n"
     assert diagnose(_write(tmp_path, "b.log", memory)).cause == "unknown"
+
+
+V0_KV_LINE = (
+    "ERROR 05-01 10:00:00 engine.py:366] ValueError: The model's max seq len (32768) is larger than the "
+    "maximum number of tokens that can be stored in KV cache (20544). Try increasing "
+    "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+)
+FREE_LINE = (
+    "(EngineCore_DP0 pid=7) ValueError: Free memory on device cuda:0 (40.12/79.19 GiB) on startup is less "
+    "than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU "
+    "memory used by other processes."
+)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize(
+    ("line", "cause", "flag", "value"),
+    [
+        (V0_KV_LINE, "kv_cache_too_small_for_max_model_len", "--max-model-len", "20480"),
+        (FREE_LINE, "startup_free_memory_below_target", "--gpu-memory-utilization", "0.49"),
+    ],
+)
+def test_a_message_hard_wrapped_at_the_terminal_width_is_read_whole(
+    tmp_path: Path, width: int, line: str, cause: str, flag: str, value: str
+) -> None:
+    # a terminal or `docker logs` in a narrow window cuts lines at a fixed width, mid-word
+    wrapped = "\n".join(line[i : i + width] for i in range(0, len(line), width))
+    log = _write(tmp_path, "wrapped.log", "INFO 05-01 09:59:00 starting\n" + wrapped + "\nshutting down\n")
+    diag = diagnose(log)
+    assert diag.cause == cause
+    assert diag.remediation.flag_changes.get(flag) == value
+
+
+def test_a_message_reflowed_at_sentence_ends_keeps_vllms_estimate(tmp_path: Path) -> None:
+    reflowed = KV_LINE.replace(" (8.0 GiB", "\n8.0 GiB").replace(" Based on", "\nBased on")
+    assert "\n" in reflowed
+    diag = diagnose(_write(tmp_path, "reflowed.log", reflowed + "\n"))
+    assert diag.cause == "kv_cache_too_small_for_max_model_len"
+    assert diag.remediation.flag_changes == {"--max-model-len": str(round_down_len(8064))}
+
+
+def test_unrelated_neighbouring_lines_are_not_joined_into_a_signature(tmp_path: Path) -> None:
+    # each line carries half of a needle's words only by accident of order; nothing may be matched
+    text = "INFO request finished: No available memory\nfor the cache of thumbnails was needed\n"
+    diag = diagnose(_write(tmp_path, "halves.log", text))
+    assert diag.cause == "unknown"
+
+
+def test_a_log_cut_inside_a_traceback_is_unknown_but_names_the_stage_and_its_usual_failure(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "INFO 08-04 16:54:40 model_runner.py:1067] Loading model weights took 38.9 GB\n"
+        "ERROR 08-04 16:54:59 multiproc_worker_utils.py:238] Exception in worker VllmWorkerProcess while "
+        "processing method determine_num_available_blocks.\n"
+    )
+    diag = diagnose(_write(tmp_path, "cut.log", text))
+    assert diag.cause == "unknown"
+    assert diag.stage == "memory_profiling"
+    assert ("oom_sampler_warmup_or_profile_run", 0.2) in diag.alternatives
+    assert "ends inside a traceback" in diag.remediation.summary
+    assert diag.remediation.flag_changes == {}
+
+
+def test_the_first_line_of_a_short_log_is_part_of_its_tail() -> None:
+    import io
+
+    res = scan(io.BytesIO(b"first line\nsecond line\n"))
+    assert [t for _, t in res.tail] == ["first line", "second line"]
+    assert [n for n, _ in res.tail] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "[2024-07-18 10:00:00 +0000] [1] [ERROR] Worker (pid:25134) was sent SIGKILL! "
+            "Perhaps out of memory?",
+            "host_ram_oom_killed",
+        ),
+        (
+            "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your "
+            "driver to a newer version, or use an earlier cuda container: unknown.",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "ERROR 10-23 23:20:26 registry.py:272] Error in inspecting model architecture 'LlamaForCausalLM'",
+            "config_error_not_resource",
+        ),
+    ],
+)
+def test_gunicorn_kills_container_cuda_requirements_and_registry_failures(
+    tmp_path: Path, line: str, cause: str
+) -> None:
+    assert diagnose(_write(tmp_path, "x.log", line + "\n")).cause == cause
+
+
+def test_no_kv_memory_at_full_utilization_stores_the_kv_cache_in_fp8(tmp_path: Path) -> None:
+    text = (
+        "INFO 01-01 00:00:00 api_server.py:1] args: Namespace(gpu_memory_utilization=0.97, "
+        "max_model_len=32768, kv_cache_dtype='auto')\n"
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine.\n"
+    )
+    diag = diagnose(_write(tmp_path, "nokv.log", text))
+    assert diag.cause == "no_kv_cache_memory"
+    assert diag.remediation.flag_changes == {"--kv-cache-dtype": "fp8"}
+    assert any(a.flag_changes == {"--max-model-len": "16384"} for a in diag.remediation.alternatives)
+
+
+def test_graph_capture_oom_offers_smaller_capture_sizes_on_vllm_that_has_the_flag(tmp_path: Path) -> None:
+    text = (
+        "INFO 01-01 00:00:00 api_server.py:1] vLLM API server version 0.11.0\n"
+        "INFO 01-01 00:00:01 [gpu_model_runner.py:2] Capturing CUDA graphs "
+        "(mixed prefill-decode, PIECEWISE)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+        "of 23.55 GiB of which 12.00 MiB is free.\n"
+    )
+    diag = diagnose(_write(tmp_path, "graphs.log", text))
+    assert diag.cause == "oom_cudagraph_capture"
+    assert diag.remediation.flag_changes == {"--enforce-eager": ""}
+    assert any("--max-cudagraph-capture-size" in a.flag_changes for a in diag.remediation.alternatives)
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+            "before calling NumCudaDevices() that might have already set an error? "
+            "Error 802: system not yet initialized",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
+            "cuda_driver_runtime_mismatch",
+        ),
+        ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "arch_no_kernel_image"),
+        ("RuntimeError: No CUDA GPUs are available", "config_error_not_resource"),
+        (
+            "AssertionError: float16 is required for MoE compressed models. Set dtype=torch.float16",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+    ],
+)
+def test_cuda_status_codes_that_are_not_memory_failures(tmp_path: Path, line: str, cause: str) -> None:
+    diag = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert diag.cause == cause
+    assert not diag.memory
+
+
+def test_a_driver_api_out_of_memory_is_a_cuda_oom(tmp_path: Path) -> None:
+    text = (
+        "INFO Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)\n"
+        "RuntimeError: CUDA driver error: out of memory\n"
+    )
+    assert diagnose(_write(tmp_path, "x.log", text)).cause == "oom_cudagraph_capture"
+
+
+def test_an_oom_while_recent_vllm_profiles_cuda_graph_memory_is_a_graph_capture_oom(tmp_path: Path) -> None:
+    # vllm/v1/worker/gpu_worker.py determine_available_memory captures the graphs once to measure them
+    text = (
+        "INFO [gpu_model_runner.py:4820] Model loading took 18.47 GiB memory and 10.99 seconds\n"
+        '  File "/usr/lib/python3/dist-packages/vllm/v1/worker/gpu_worker.py", line 381, in '
+        "determine_available_memory\n"
+        "    cudagraph_memory_estimate = self.model_runner.profile_cudagraph_memory()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.53 GiB. GPU 0 has a total capacity "
+        "of 23.00 GiB of which 1.49 GiB is free.\n"
+    )
+    diag = diagnose(_write(tmp_path, "cg.log", text))
+    assert diag.cause == "oom_cudagraph_capture"
+    assert diag.stage == "graph_capture"
+    assert diag.remediation.flag_changes == {"--enforce-eager": ""}

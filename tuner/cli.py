@@ -13,7 +13,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
-import typer
+try:
+    import typer  # the bulk of start-up time: a Ctrl-C here must not print a traceback either
+except KeyboardInterrupt:
+    raise SystemExit(130) from None
 
 from tuner.errors import ExitCode, GputuneError
 

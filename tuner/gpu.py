@@ -342,9 +342,9 @@ def _read_device(mod: ModuleType, host: Host, index: int) -> GpuInfo:
     cc = _call(mod.nvmlDeviceGetCudaComputeCapability, h)
     numa = _call(getattr(mod, "nvmlDeviceGetNumaNodeId", None), h)
     if not isinstance(numa, int) or numa < 0:
-        sysfs = host.read_value(f"/sys/bus/pci/devices/{bus_id}/numa_node")
-        text = sysfs.value or ""
-        numa = int(text) if text.isdigit() else None  # "-1" = not reported
+        numa = host.read_value(f"/sys/bus/pci/devices/{bus_id}/numa_node").as_int()
+        if numa is not None and numa < 0:
+            numa = None  # -1 = not reported
     ecc = _call(mod.nvmlDeviceGetEccMode, h)
     mig = _call(getattr(mod, "nvmlDeviceGetMigMode", None), h)
     util = _call(mod.nvmlDeviceGetUtilizationRates, h)

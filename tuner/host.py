@@ -158,6 +158,8 @@ class Host:
             raise UsageError(f"{p}: no such file or directory", "give a snapshot folder or .tar.gz")
         if p.is_dir():
             return cls(p, live=False, runner=runner)
+        if not p.is_file():  # a device or a pipe: reading it as an archive may never end
+            raise UsageError(f"{p}: not a folder or a regular file", "give a snapshot folder or .tar.gz")
         import tarfile
         import tempfile
 

@@ -63,6 +63,7 @@ from tuner.rundir import (
     default_run_dir,
     redact,
     utc_now_iso,
+    write_text_atomic,
 )
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -884,16 +885,14 @@ class Launch:
 
     def _capture_dmesg(self, n: int) -> None:
         from tuner.host import Host
+        from tuner.probes.kernel import read_kernel_log  # dmesg, else journalctl -k
 
-        res = Host.live_host().run(["dmesg"], 5.0)
-        if res.returncode == 0 and res.stdout:
-            lines = res.stdout.splitlines()[-400:]
-            path = self.run.attempt(n) / DMESG
-            tmp = path.with_name(".dmesg.tmp")
-            tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+        log, _ = read_kernel_log(Host.live_host())
+        if log.ok and log.value:
+            lines = log.value.splitlines()[-400:]
+            write_text_atomic(self.run.attempt(n) / DMESG, "\n".join(lines) + "\n")
         else:
-            self.run.event("dmesg", f"kernel log not readable: {res.stderr.strip()[:200]}", attempt=n)
+            self.run.event("dmesg", f"kernel log not readable: {log.reason[:200]}", attempt=n)
 
     def _write_exit(self, n: int, rc: int | None, stage: str, reason: str) -> None:
         self.run.write_json(
@@ -1114,7 +1113,7 @@ def main(
     age = _process_age()
     from tuner.plan import check_options
 
-    check_options(model, gpus, port)
+    check_options(model, gpus, port, gpu_mem)
     if telemetry_interval <= 0 or ready_timeout <= 0:
         raise UsageError("--telemetry-interval and --ready-timeout must be positive")
     if auto_fix < 0:
@@ -1183,7 +1182,13 @@ def main(
         )
 
     path = run_dir or default_run_dir(plan.model_name or model)
-    run = RunDir(path, secrets)
+    try:
+        run = RunDir(path, secrets)
+    except OSError as exc:
+        raise UsageError(
+            f"{path}: cannot keep the run's records there ({exc.strerror or exc})",
+            "give --run-dir a folder you can write to",
+        ) from exc
     stop = _Stop()
     stop.install()
     try:

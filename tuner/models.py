@@ -24,21 +24,12 @@ import functools
 import json
 import os
 import struct
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
-
-# Bytes per element of the safetensors dtype names (safetensors spec, "dtype" field).
-SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
-    "F64": 8, "I64": 8, "U64": 8,
-    "F32": 4, "I32": 4, "U32": 4,
-    "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-    "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
-    "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
-}  # fmt: skip
 
 # Bytes per element of torch dtype names as config.json spells them.
 TORCH_DTYPE_BYTES: dict[str, int] = {
@@ -649,23 +640,3 @@ def expected_cpu_kv_tokens(model_spec: ModelSpec, space_gib: int, max_model_len:
         CPU_BLOCK_SIZE,
         max_model_len,
     )
-
-
-def with_path(spec: ModelSpec, path: str) -> ModelSpec:
-    return replace(spec, path=path)
-
-
-def profile_names() -> list[str]:
-    return sorted(load_profiles())
-
-
-def describe_profiles(profiles: Iterable[ModelSpec]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": p.name,
-            "hf_id": p.hf_id,
-            "description": p.description,
-            "quantization": p.quant.to_dict() if p.quant else None,
-        }
-        for p in profiles
-    ]

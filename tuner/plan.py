@@ -310,15 +310,47 @@ def human_readable_int(value: str) -> int:
     return int(float(number) * mult[suffix])
 
 
-def _user_kv_memory(uval: Mapping[str, str | None], warnings: list[str]) -> int | None:
-    raw = uval.get("--kv-cache-memory-bytes") or uval.get("--kv-cache-memory")
-    if raw is None or raw == "__no__":
+# Flags vLLM reads with human_readable_int ("16k" = 16000, "8K" = 8192; vllm/engine/arg_utils.py, 0.32);
+# --max-model-len also takes "auto" or -1 (vLLM chooses), which the plan treats as not given.
+HUMAN_INT_FLAGS = frozenset(
+    {
+        "--max-model-len",
+        "--max-num-batched-tokens",
+        "--max-num-scheduled-tokens",
+        "--max-num-queued-tokens",
+        "--kv-cache-memory-bytes",
+        "--kv-cache-memory",  # argparse takes this abbreviation of --kv-cache-memory-bytes
+    }
+)
+
+
+def _user_number(uval: Mapping[str, str | None], flag: str, warnings: list[str]) -> float | None:
+    """The number the user gave after ``--`` for ``flag``, read as vLLM reads it; None when not given,
+    and a warning when vLLM would refuse it."""
+    v = uval.get(flag)
+    if v is None or v == "__no__":
         return None
     try:
-        return human_readable_int(raw)
+        if flag not in HUMAN_INT_FLAGS:
+            return float(v)
+        if flag == "--max-model-len" and v.strip().lower() in ("auto", "-1"):
+            return None
+        return float(human_readable_int(v))
     except ValueError:
-        warnings.append(f"--kv-cache-memory-bytes {raw!r} is not a size; vLLM will refuse it")
+        warnings.append(f"{flag} {v!r} is not a number; vLLM will refuse it")
         return None
+
+
+def _int_arg(uval: Mapping[str, str | None], flag: str, warnings: list[str]) -> int | None:
+    f = _user_number(uval, flag, warnings)
+    return int(f) if f is not None else None
+
+
+def _user_kv_memory(uval: Mapping[str, str | None], warnings: list[str]) -> int | None:
+    flag = (
+        "--kv-cache-memory-bytes" if uval.get("--kv-cache-memory-bytes") is not None else "--kv-cache-memory"
+    )
+    return _int_arg(uval, flag, warnings)
 
 
 def _gib(n: float) -> str:
@@ -685,22 +717,6 @@ def compute_plan(req: PlanRequest, spec: ModelSpec, facts: HostFacts) -> Plan:
     return replace(plan, api_key_in_extras=api_key_extra)
 
 
-def _float(uval: Mapping[str, str | None], flag: str, warnings: list[str]) -> float | None:
-    v = uval.get(flag)
-    if v is None or v == "__no__":
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        warnings.append(f"{flag} {v!r} is not a number; vLLM will refuse it")
-        return None
-
-
-def _int_arg(uval: Mapping[str, str | None], flag: str, warnings: list[str]) -> int | None:
-    f = _float(uval, flag, warnings)
-    return int(f) if f is not None else None
-
-
 def _sm(cc: tuple[int, int] | None) -> str:
     return f"{cc[0]}{cc[1]}" if cc else "?"
 
@@ -770,13 +786,13 @@ def _plan_gpu(
     util_cap = max(
         0.0, min(UTIL_CEILING, math.floor((dev.free - CUDA_CONTEXT_BYTES) / dev.total * 100) / 100)
     )
-    user_util = _float(uval, "--gpu-memory-utilization", warnings)
+    user_util = _user_number(uval, "--gpu-memory-utilization", warnings)
     user_len = _int_arg(uval, "--max-model-len", warnings)
     user_kv = uval.get("--kv-cache-dtype")
     user_seqs = _int_arg(uval, "--max-num-seqs", warnings)
     user_batched = _int_arg(uval, "--max-num-batched-tokens", warnings)
     user_eager = uval.get("--enforce-eager")
-    user_offload = _float(uval, "--cpu-offload-gb", warnings)
+    user_offload = _user_number(uval, "--cpu-offload-gb", warnings)
     k = _Knobs(
         util=user_util if user_util is not None else min(UTIL_DEFAULT, util_cap),
         kv_dtype=user_kv or "auto",
@@ -1437,10 +1453,12 @@ def render_rich(plan: Plan) -> None:
         console.print(f"nearest plan: {plan.nearest_plan.reason}", highlight=False)
 
 
-def check_options(model: str, gpus: int | None, port: int) -> None:
+def check_options(model: str, gpus: int | None, port: int, gpu_mem: str | None = None) -> None:
     """The checks `plan` and `launch` share on their common options; UsageError when one is wrong."""
     if not model:
         raise UsageError("--model is required", "built-in profiles: " + ", ".join(sorted(load_profiles())))
+    if gpu_mem is not None:
+        parse_size(gpu_mem)  # an empty or unreadable size is a usage error, not "no --gpu-mem"
     if gpus is not None and gpus < 1:
         raise UsageError("--gpus must be at least 1")
     if not 0 < port < 65536:
@@ -1468,7 +1486,7 @@ def main(
             for n, p in profiles.items():
                 print(f"{n:18} {p.hf_id or '':45} {p.description}")
         return int(ExitCode.OK)
-    check_options(model, gpus, port)
+    check_options(model, gpus, port, gpu_mem)
     req = PlanRequest(
         model=model,
         gpu_mem=gpu_mem,

@@ -129,16 +129,21 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it over ``path``."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a crash leaves
+    the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    data = json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to ``path`` atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
 class CsvStream:

@@ -398,6 +398,12 @@ def main(output: Path) -> int:
     output = Path(output)
     if output.is_dir():
         raise UsageError(f"{output} is a directory", "give a file name, e.g. -o snapshot.tar.gz")
+    if output.exists() and not output.is_file():
+        # the tarball is renamed into place: that would replace a device node or a pipe
+        raise UsageError(
+            f"{output} is not a regular file (a device, pipe or socket)",
+            "give a file name, e.g. -o snapshot.tar.gz",
+        )
     if not output.parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory", "create it first, or choose another -o")
     host = Host.live_host()
@@ -407,10 +413,11 @@ def main(output: Path) -> int:
         arc.write(tmp)
         os.replace(tmp, output)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UsageError(
             f"cannot write {output}: {exc.strerror or exc}", "choose a writable -o path"
         ) from exc
+    finally:  # also on Ctrl-C: no half-written temporary file is left beside the output
+        tmp.unlink(missing_ok=True)
     size = output.stat().st_size
     print(
         f"gputune: snapshot of {meta['hostname']}: {meta['files']} files, {meta['links']} links,"

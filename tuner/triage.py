@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,7 +224,7 @@ class _Context:
     @property
     def is_vllm(self) -> bool:
         s = self.scan
-        return bool(s.vllm_version or s.stage_first_line or s.args or self.argv)
+        return bool(s.vllm_version or s.stage_first_line or s.args or self.argv or s.vllm_paths)
 
 
 _UNITS = {
@@ -489,6 +490,16 @@ def round_down_len(n: int) -> int:
     return n
 
 
+def _version_at_least(version: str | None, want: tuple[int, int]) -> bool:
+    """True when the logged vLLM version is known and at least ``want`` (major, minor)."""
+    if not version:
+        return False
+    parts = re.findall(r"\d+", version)[:2]
+    if len(parts) < 2:
+        return False
+    return (int(parts[0]), int(parts[1])) >= want
+
+
 def _f(groups: dict[str, str], key: str) -> float | None:
     try:
         return float(groups[key])
@@ -712,10 +723,30 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 "--kv-cache-memory-bytes 0): give it some GiB."
             )
         else:
+            kv_auto = str(ctx.arg("kv_cache_dtype") or "auto") == "auto"
+            mml = ctx.num("max_model_len")
             if util is None or util < 0.95:
                 new_u = min(0.95, round((util or 0.9) + 0.05, 2))
                 flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
                 summary += f" Raise --gpu-memory-utilization to {new_u:.2f} if nothing else uses the GPU."
+            elif kv_auto:
+                # the budget is already near the whole card: make each cached token smaller instead
+                flags["--kv-cache-dtype"] = "fp8"
+                summary += (
+                    f" --gpu-memory-utilization is already {util:.2f}: store the KV cache in FP8 "
+                    "(--kv-cache-dtype fp8), or run a smaller model or more GPUs."
+                )
+            if kv_auto and "--kv-cache-dtype" not in flags:
+                alts.append(
+                    RemedyOption("store the KV cache in FP8 (halves KV memory)", {"--kv-cache-dtype": "fp8"})
+                )
+            if mml and mml >= 512:
+                alts.append(
+                    RemedyOption(
+                        "a shorter context (smaller profiling run and KV need)",
+                        {"--max-model-len": str(round_down_len(int(mml // 2)))},
+                    )
+                )
             tokens = ctx.num("max_num_batched_tokens")
             new_t = int(tokens // 2) if tokens else 4096
             alts.append(
@@ -775,6 +806,16 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 )
             )
         seqs = ctx.num("max_num_seqs")
+        cap_size = ctx.num("max_cudagraph_capture_size") or (min(2 * seqs, 512) if seqs else 512)
+        if _version_at_least(ctx.scan.vllm_version, (0, 11)):
+            # vllm/engine/arg_utils.py --max-cudagraph-capture-size (0.11 .. 0.32): the largest batch size
+            # captured; vLLM's default is min(2 * max_num_seqs, 512)
+            alts.append(
+                RemedyOption(
+                    "capture fewer, smaller graphs (keeps CUDA graphs for small decode batches)",
+                    {"--max-cudagraph-capture-size": str(max(8, int(cap_size // 4)))},
+                )
+            )
         alts.append(
             RemedyOption(
                 "capture graphs for fewer sequences", {"--max-num-seqs": str(int(seqs // 2) if seqs else 128)}
@@ -808,12 +849,27 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                     )
                 )
             tokens = ctx.num("max_num_batched_tokens")
-            alts.append(
-                RemedyOption(
-                    "smaller prefill chunks",
-                    {"--max-num-batched-tokens": str(int(tokens // 2) if tokens else 4096)},
+            chunked = ctx.arg("enable_chunked_prefill")
+            v1 = _version_at_least(ctx.scan.vllm_version, (0, 8))
+            if chunked in (None, False, "False", "false") and not v1:
+                # V0 (vLLM < 0.8) prefills a whole prompt at once unless chunked prefill is on; V1 always
+                # chunks (vllm/engine/arg_utils.py --enable-chunked-prefill)
+                alts.append(
+                    RemedyOption(
+                        "split long prompts into chunks (chunked prefill)",
+                        {
+                            "--enable-chunked-prefill": "",
+                            "--max-num-batched-tokens": str(int(tokens // 2) if tokens else 4096),
+                        },
+                    )
                 )
-            )
+            else:
+                alts.append(
+                    RemedyOption(
+                        "smaller prefill chunks",
+                        {"--max-num-batched-tokens": str(int(tokens // 2) if tokens else 4096)},
+                    )
+                )
     elif top.cause == "oom_weights_do_not_fit":
         summary, flags, alts = _weights_remedy(ctx, top, summary)
     elif top.cause == "host_ram_oom_killed":
@@ -873,6 +929,12 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 f"This GPU{' (compute capability ' + cap + ')' if cap else ''} has no bfloat16: "
                 "use --dtype half."
             )
+        elif "vllm.moe_compressed_needs_fp16" in sig_ids:
+            flags["--dtype"] = "float16"
+            summary = (
+                "This compressed-tensors MoE checkpoint runs only with float16 activations: "
+                "use --dtype float16."
+            )
         elif sig_ids & {"vllm.quant_min_capability", "vllm.quant_scheme_capability"}:
             method = g.get("method") or str(ctx.arg("quantization") or "")
             summary = (
@@ -882,6 +944,13 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             if method == "fp8" and ctx.arg("quantization") == "fp8":
                 flags["--quantization"] = None
                 summary += " Drop --quantization fp8 (or use a GPTQ/AWQ checkpoint)."
+    elif top.cause == "cuda_driver_runtime_mismatch" and "cuda.system_not_ready" in top.sig_ids:
+        summary = (
+            "CUDA reports 802 'system not yet initialized': on an NVSwitch system (HGX A100/H100/H200) the "
+            "nvidia-fabricmanager service must run, with exactly the driver's version, before any CUDA work "
+            "(systemctl status nvidia-fabricmanager; compare its version with nvidia-smi's driver version). "
+            "Not a memory problem."
+        )
     elif top.cause == "config_error_not_resource":
         if "derived" in g:
             derived = int(float(g["derived"]))
@@ -1109,6 +1178,36 @@ def _other_gpu_memory(
     return (max(by_time.values()) if by_time else 0.0), None
 
 
+CUT_TRACEBACK_HINT = 0.2  # an alternative only: the stage's usual failure, never the answer
+
+
+# Lines that announce a traceback: Python's own header, and vLLM's worker wrappers that print one
+# before the frames (vllm/executor/multiproc_worker_utils.py 'Exception in worker X while processing
+# method M', worker_base.py 'Error executing method M.', v1 multiproc_executor.py / core.py 'WorkerProc
+# hit an exception.' / 'EngineCore hit an exception')
+_TRACEBACK_OPENER = re.compile(
+    r"Traceback \(most recent call last\):\s*$"
+    r"|Exception in worker \S+ while processing method \w+[.:]?\s*$"
+    r"|Error executing method \w+\..*$"
+    r"|hit an exception[.:]?(?: %s)?\s*$"
+)
+
+
+def _ends_inside_traceback(res: ScanResult) -> tuple[int, str] | None:
+    """The last frame (or traceback header) when the log stops inside a traceback: frames not followed
+    by an exception line (ScanResult.recent_frames is cleared by every exception line), or a header
+    with nothing after it, within the last lines of the log."""
+    if not res.tail:
+        return None
+    last = res.tail[-1][0]
+    if res.recent_frames and last - res.recent_frames[-1][0] <= 3:
+        return res.recent_frames[-1]
+    for no, text in res.tail[-3:]:
+        if _TRACEBACK_OPENER.search(text):
+            return no, text.strip()[:300]
+    return None
+
+
 def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | None) -> Diagnosis:
     pb = ctx.pb
     res = ctx.scan
@@ -1121,16 +1220,31 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         ][-5:]
         if ctx.exit_code is not None:
             ev.append(Evidence("exit", f"exit status {ctx.exit_code}"))
+        summary = str(info.get("summary", ""))
+        alternatives = [(c.cause, round(c.confidence, 2)) for c in ranked[:3]]
+        cut_at = _ends_inside_traceback(res)
+        if cut_at is not None:
+            # Python prints the exception line after the frames: a log that stops after frames was cut
+            # (a paste, a truncated file, a collector's line limit) before the line that names the cause
+            ev.append(Evidence("log", cut_at[1], cut_at[0], "the log ends inside this traceback"))
+            summary = (
+                "The log ends inside a traceback, before its exception line, so the cause is not in it"
+                + (f" (start-up had reached stage '{res.stage}')" if res.stage != "unknown" else "")
+                + ". Triage the complete log: the line after the frames names the error."
+            )
+            usual = ctx.pb.oom_by_stage.get(res.stage) if res.stage != "unknown" else None
+            if usual and all(c != usual for c, _ in alternatives):
+                alternatives.append((usual, CUT_TRACEBACK_HINT))
         return Diagnosis(
             cause=UNKNOWN,
             confidence=0.0,
             evidence=tuple(ev),
             stage=res.stage,
             remediation=Remediation(
-                str(info.get("summary", "")),
+                summary,
                 alternatives=tuple(RemedyOption(str(a)) for a in info.get("alternatives", [])),
             ),
-            alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[:3]),
+            alternatives=tuple(alternatives),
             fixable_by_args=False,
             title=str(info.get("title", "")),
             vllm_version=res.vllm_version,

@@ -191,6 +191,7 @@ class ScanResult:
     tail: list[tuple[int, str]] = field(default_factory=list)
     exceptions: list[PyException] = field(default_factory=list)  # the last KEEP_EXCEPTIONS tracebacks' ends
     recent_frames: list[tuple[int, str]] = field(default_factory=list)  # (line, file) of the last frames
+    vllm_paths: bool = False  # a traceback frame or a logged path inside a vllm/ package
 
 
 @dataclass(frozen=True)
@@ -419,8 +420,54 @@ def scan(stream: BinaryIO, kind: str = "log", pb: Playbook | None = None) -> Sca
     if tail_lines and tail_lines[-1] == b"":
         tail_lines.pop()
     first_no = res.lines - len(tail_lines) + 1
-    res.tail = [(first_no + i, clean_line(t)) for i, t in enumerate(tail_lines[1:], start=1)][-40:]
+    skip = 0 if res.bytes <= len(last_buf) else 1  # the first tail line may be cut unless it opens the log
+    res.tail = [(first_no + i, clean_line(t)) for i, t in enumerate(tail_lines[skip:], start=skip)][-40:]
+    _rejoin_wrapped(res, sigs)
     return res
+
+
+JOIN_SPANS = (2, 3)  # consecutive tail lines a wrapped message may be spread over
+
+
+def _sig_match(sig: Signature, text: str) -> dict[str, str] | None:
+    """The named groups when ``text`` carries the signature (needle, then regex), else None."""
+    if sig.needle not in (text.lower() if sig.nocase else text):
+        return None
+    if sig.regex is None:
+        return {}
+    m = sig.regex.search(text[:MAX_LINE])
+    return None if m is None else {k: v for k, v in m.groupdict().items() if v is not None}
+
+
+def _rejoin_wrapped(res: ScanResult, sigs: list[Signature]) -> None:
+    """Match signatures across the line breaks of a wrapped message in the log's tail.
+
+    Terminals, ``docker logs`` in a narrow window, log collectors and issue forms hard-wrap long lines at
+    a fixed width (mid-word: 'Decre' / 'ase GPU memory ...') or re-flow them at sentence ends, so the
+    one line a signature is written for arrives as two or three. The error that ends a run is in the
+    tail, so the last lines are re-joined (without a separator for fixed-width wraps, with a space for
+    re-flowed ones) and matched again; a match counts only when no shorter run of those lines matches, so
+    nothing already found line by line is counted twice. Bounded: the tail is at most TAIL_BYTES."""
+    tail = res.tail
+    if len(tail) < 2:
+        return
+    stage = res.stage
+    for i in range(len(tail) - 1):
+        for span in JOIN_SPANS:
+            if i + span > len(tail):
+                break
+            parts = [t for _, t in tail[i : i + span]]
+            for sep in ("", " "):
+                joined = sep.join(parts)
+                shorter = (sep.join(parts[:-1]), sep.join(parts[1:]))
+                for sig in sigs:
+                    groups = _sig_match(sig, joined)
+                    if groups is None or any(_sig_match(sig, x) is not None for x in shorter):
+                        continue  # no match, or found on fewer lines (or on one line by the streaming pass)
+                    n = res.hit_counts.get(sig.id, 0)
+                    res.hit_counts[sig.id] = n + 1
+                    if n < KEEP_PER_SIGNATURE:
+                        res.hits.append(Hit(sig, tail[i][0], joined[:1000], groups, stage))
 
 
 def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, stage_idx: int) -> int:
@@ -461,6 +508,8 @@ def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, sta
     if pending or new_idx != stage_idx:
         for pid in _PID.findall(text[:200]):
             res.pids.add(int(pid))
+    if not res.vllm_paths and ("/vllm/" in text or "\\vllm\\" in text):
+        res.vllm_paths = True
     _traceback_line(text, line_no, res)
     return new_idx
 

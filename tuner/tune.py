@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -140,7 +141,9 @@ class Journal:
         except FileNotFoundError:
             return j
         except OSError as exc:
-            raise BadAnswer(f"cannot read the journal {j.real}: {exc.strerror}", "run as root") from exc
+            denied = exc.errno in (errno.EACCES, errno.EPERM)
+            hint = "run as root" if denied else "move it aside and look at it"
+            raise BadAnswer(f"cannot read the journal {j.real}: {exc.strerror}", hint) from exc
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
