@@ -116,8 +116,8 @@ def test_only_and_skip_select_checks_by_id_area_and_comma_list(sata_swap_tree: H
     assert "memory.thp" not in {c["id"] for c in doc["checks"]} and len(doc["checks"]) == 4
 
 
-def test_unknown_check_id_is_a_usage_error(tmp_path: Path) -> None:
-    r = doctor("--from", str(tmp_path), "--only", "no.such.check")
+def test_unknown_check_id_is_a_usage_error(shared_fixtures: Path) -> None:
+    r = doctor("--from", str(shared_fixtures / "hosts" / "cpu-vm"), "--only", "no.such.check")
     assert r.returncode == 2
     assert "unknown check 'no.such.check'" in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
@@ -126,6 +126,12 @@ def test_unknown_check_id_is_a_usage_error(tmp_path: Path) -> None:
 def test_missing_from_path_is_a_usage_error(tmp_path: Path) -> None:
     r = doctor("--from", str(tmp_path / "nope.tar.gz"))
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_folder_that_is_no_host_root_is_a_usage_error_not_a_clean_report(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a snapshot")
+    r = doctor("--from", str(tmp_path))
+    assert r.returncode == 2 and "not a host snapshot" in r.stderr and r.stdout == ""
 
 
 def test_a_garbage_tarball_is_a_usage_error(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from tuner.errors import ExitCode
+from tuner.errors import ExitCode, UsageError
 from tuner.findings import Finding, Status
-from tuner.host import SNAPSHOT_META, Host
+from tuner.host import NVIDIA_SMI_XML, SNAPSHOT_META, Host
 
 SCHEMA_VERSION = 1
 FAIL_ON_RANK = {"fail": Status.FAIL.rank, "warn": Status.WARN.rank, "error": Status.ERROR.rank}
@@ -106,6 +106,10 @@ def host_info(host: Host, source: Path | None) -> dict[str, Any]:
     return info
 
 
+# What a snapshot root holds at least one of (README, "Snapshot layout").
+_SNAPSHOT_MARKERS = ("proc", "sys", "etc/os-release", NVIDIA_SMI_XML)
+
+
 def diagnose(
     host: Host,
     *,
@@ -157,6 +161,13 @@ def main(
 ) -> int:
     """`gputune doctor`; returns the exit code. Usage errors are raised as UsageError (exit 2)."""
     host = Host.live_host() if source is None else Host.at(source)
+    if source is not None and not any(host.path(p).exists() for p in _SNAPSHOT_MARKERS):
+        host.close()
+        # A mistyped path would otherwise give a clean report of skips.
+        raise UsageError(
+            f"{source}: not a host snapshot (none of {', '.join(_SNAPSHOT_MARKERS)} in it)",
+            "make one with `gputune snapshot -o FILE.tar.gz`, or lay the host's files out at their own paths",
+        )
     with host:
         report = diagnose(host, source=source, only=only, skip=skip, fail_on=fail_on, under_load=under_load)
         render(report, fmt, verbose)
