@@ -429,6 +429,124 @@ def test_illegal_memory_access_is_never_a_memory_label(tmp_path: Path) -> None:
     assert not d.memory and not d.fixable_by_args
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681",
+        "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256",
+        "INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; "
+        "PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV "
+        "Cache is -1.05GiB.",
+        "INFO 11-20 worker.py:241] Memory profiling results: total_gpu_memory=23.58GiB "
+        "initial_memory_usage=15.3GiB "
+        "peak_torch_memory=24.1GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB "
+        "kv_cache_size=-2.89GiB gpu_memory_utilization=0.90",
+    ],
+)
+def test_v0_zero_kv_blocks_predict_no_kv_memory_when_the_log_stops_before_the_error(
+    tmp_path: Path, line: str
+) -> None:
+    text = f"INFO Loading model weights took 5.2032 GB\n{line}\n[rank0]: Traceback (most recent call last):\n"
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert (d.cause, d.stage) == ("no_kv_cache_memory", "kv_allocation")
+
+
+def test_healthy_v0_block_counts_are_not_a_failure(tmp_path: Path) -> None:
+    text = (
+        "INFO llm_engine.py:275] # GPU blocks: 1024, # CPU blocks: 2048\n"
+        "INFO Avg prompt throughput: 12 tokens/s\n"
+    )
+    assert diagnose(_write(tmp_path, "x.log", text)).cause == "unknown"
+
+
+def test_an_oom_while_layers_allocate_their_weights_is_a_load_oom(tmp_path: Path) -> None:
+    text = (
+        '  File "/venv/lib/python3.9/site-packages/vllm/model_executor/models/llama.py", line '
+        "103, in __init__\n"
+        "    self.qkv_proj = ColumnParallelLinear(\n"
+        "  File "
+        '"/venv/lib/python3.9/site-packages/vllm/model_executor/parallel_utils/tensor_parallel/layers.py", '
+        "line 272, in __init__\n"
+        "    self.weight = Parameter(torch.empty(\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 160.00 MiB (GPU "
+        "0; 79.35 GiB total "
+        "capacity; 78.58 GiB already allocated; 145.19 MiB free; 78.58 GiB reserved in total by PyTorch)\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert (d.cause, d.stage) == ("oom_weights_do_not_fit", "load")
+
+
+def test_a_retyped_nccl_error_is_still_an_nccl_failure(tmp_path: Path) -> None:
+    text = "VllM : NCCLerror: unhandled system error (run withNCCL DEBUG=INFo for details)\n"
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert d.cause == "nccl_multi_gpu_comm_failure"
+    assert not d.memory
+    # a system call failing inside NCCL is most often /dev/shm in a container: offered, never chosen
+    assert ("shm_insufficient", 0.35) in d.alternatives
+    assert diagnose(_write(tmp_path, "y.log", "RuntimeError: unhandled system error\n")).cause == "unknown"
+
+
+def test_rays_small_dev_shm_warning_is_a_weak_guess_that_any_failure_outranks(tmp_path: Path) -> None:
+    warn = (
+        "2023-11-18 03:39:16,283 WARNING services.py:1996 -- WARNING: The object store is "
+        "using /tmp instead of "
+        "/dev/shm because /dev/shm has only 67108864 bytes available. This will harm performance!\n"
+    )
+    alone = diagnose(_write(tmp_path, "a.log", warn + "INFO llm_engine.py:72] Initializing an LLM engine\n"))
+    assert alone.cause == "shm_insufficient" and alone.confidence < 0.5
+    kv = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`.\n"
+    assert diagnose(_write(tmp_path, "b.log", warn + kv)).cause == "no_kv_cache_memory"
+
+
+@pytest.mark.parametrize(
+    ("message", "cause"),
+    [
+        (
+            "ValueError: Available memory on node 0 (10.5/31.2 GiB) on startup is less than "
+            "desired CPU memory "
+            "utilization (0.9, 28.1 GiB). On the CPU backend, the `--gpu-memory-utilization` flag "
+            "controls the "
+            "fraction of CPU memory reserved (despite its name).",
+            "startup_free_memory_below_target",
+        ),
+        (
+            "ValueError: Externally held weights on device cuda:0 (70.1/79.2 GiB) exceed the "
+            "desired GPU memory "
+            "utilization (0.8, 63.4 GiB). Increase GPU memory utilization or reduce GPU memory used by other "
+            "processes.",
+            "startup_free_memory_below_target",
+        ),
+        (
+            "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve "
+            "even a single "
+            "token. Try increasing `gpu_memory_utilization`.",
+            "no_kv_cache_memory",
+        ),
+        (
+            "ValueError: FP8 KV cache is not supported by the Triton attention backend on Tesla T4 (compute "
+            "capability 7.5); native FP8 (fp8e4nv) requires SM89+. Re-run with --kv-cache-dtype float16.",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "ValueError: The quantization method moe_wna16 + awq is not supported for the current "
+            "GPU. Minimum "
+            "capability: 75. Current capability: 70.",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "ERROR 05-01 [pynccl_wrapper.py:385] Failed to load NCCL library from libnccl.so.2. "
+            "It is expected if "
+            "you are not running on NVIDIA/AMD GPUs.",
+            "nccl_multi_gpu_comm_failure",
+        ),
+    ],
+)
+def test_vllm_032_resource_messages_found_by_reading_its_source(
+    tmp_path: Path, message: str, cause: str
+) -> None:
+    assert diagnose(_write(tmp_path, "x.log", message + "\n")).cause == cause
+
+
 # --------------------------------------------------------------------------------------- streaming
 def test_a_200_mb_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     line = (
