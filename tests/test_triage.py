@@ -687,7 +687,8 @@ def test_weights_oom_ranks_more_gpus_then_fp8_then_offload(tmp_path: Path) -> No
     assert d.cause == "oom_weights_do_not_fit"
     assert d.remediation.flag_changes == {"--tensor-parallel-size": "2"}
     alts = [a.flag_changes for a in d.remediation.alternatives if a.flag_changes]
-    assert alts[:2] == [{"--quantization": "fp8"}, {"--cpu-offload-gb": "11"}]
+    # 75 GiB on a card with 80 x 0.9 = 72 GiB usable: 3 GiB short, plus 2 GiB of KV/activation room
+    assert alts[:2] == [{"--quantization": "fp8"}, {"--cpu-offload-gb": "5"}]
 
 
 def test_weights_oom_proposes_fp8_only_on_gpus_with_fp8_units(tmp_path: Path) -> None:
@@ -695,7 +696,7 @@ def test_weights_oom_proposes_fp8_only_on_gpus_with_fp8_units(tmp_path: Path) ->
     assert ada.remediation.flag_changes == {"--quantization": "fp8"}
     ampere = diagnose(_weights_run(tmp_path / "b", count=1, cc=[8, 6], weights_gib=75))
     assert "--quantization" not in ampere.remediation.flag_changes
-    assert ampere.remediation.flag_changes == {"--cpu-offload-gb": "11"}
+    assert ampere.remediation.flag_changes == {"--cpu-offload-gb": "5"}
     assert any("sm_86" in a.summary for a in ampere.remediation.alternatives)
 
 
@@ -706,13 +707,178 @@ def test_weights_oom_says_when_no_argument_change_is_safe(tmp_path: Path) -> Non
     assert d.fixable_by_args  # launch's --auto-fix still stops: it needs flag changes too
 
 
-def test_weights_oom_without_run_records_offloads_at_least_the_reported_shortfall(tmp_path: Path) -> None:
+def test_weights_oom_without_the_model_proposes_no_offload_from_the_failed_allocation(tmp_path: Path) -> None:
     log = "INFO Starting to load model m\n" + WEIGHTS_OOM.replace("896.00 MiB", "2.50 GiB") + "\n"
     d = diagnose(_write(tmp_path, "x.log", log))
     assert d.cause == "oom_weights_do_not_fit"
-    # 2.5 GiB asked, 0.72 GiB free: 1.78 GiB short, with a 10% margin and rounding up
+    # 'Tried to allocate' is one layer's tensor, not the model: an offload taken from it only crawls
+    assert d.remediation.flag_changes == {}
+    assert "No argument change is known to be safe" in d.remediation.summary
+    assert any("at least 3 GiB short" in a.summary for a in d.remediation.alternatives)
+
+
+def _oom_on(total_gib: float) -> str:
+    return WEIGHTS_OOM.replace("80.00 GiB", f"{total_gib:.2f} GiB")
+
+
+def test_weights_oom_counts_a_profile_named_in_the_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plan.json without weights_bytes, command.json --model llama3-8b (a built-in profile, ~15 GiB in
+    bf16) on two 16 GiB cards: TP 2 fits, its 32 heads divide by 2."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vllm.log").write_text("INFO Starting to load model llama3-8b...\n" + _oom_on(16) + "\n")
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "llama3-8b"]
+    (run / "command.json").write_text(json.dumps({"argv": argv, "env": {"CUDA_VISIBLE_DEVICES": "0,1"}}))
+    plan = {
+        "device": {"name": "GPU", "count": 8, "compute_capability": [8, 6]},
+        "host_ram_available": 64 * 2**30,
+    }
+    (run / "plan.json").write_text(json.dumps(plan))
+    d = diagnose(run)
+    assert d.cause == "oom_weights_do_not_fit"
+    assert d.remediation.flag_changes == {"--tensor-parallel-size": "2"}
+    assert "profile llama3-8b" in d.remediation.summary and "estimate" not in d.remediation.summary
+    assert "32 attention heads" in d.remediation.summary
+    offload = [a.flag_changes for a in d.remediation.alternatives if "--cpu-offload-gb" in a.flag_changes]
+    assert offload == [{"--cpu-offload-gb": "3"}]  # 14.96 GiB - 14.4 usable + 2, rounded up
+    assert any("sm_86" in a.summary for a in d.remediation.alternatives)  # no fp8 on Ampere
+
+
+def test_weights_oom_reads_the_model_from_the_logged_engine_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No run directory: the V1 engine's config line names a repo id that a profile carries."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    log = (
+        "INFO 01-01 [core.py:1] Initializing a V1 LLM engine (v0.11.0) with config: "
+        "model='meta-llama/Meta-Llama-3-8B-Instruct', speculative_config=None, dtype=torch.bfloat16, "
+        "quantization=None, tensor_parallel_size=1, gpu_memory_utilization=0.9\n"
+        "INFO [gpu_model_runner.py:1] Starting to load model meta-llama/Meta-Llama-3-8B-Instruct...\n"
+        + _oom_on(16)
+        + "\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "oom_weights_do_not_fit"
     assert d.remediation.flag_changes == {"--cpu-offload-gb": "3"}
-    assert "at least" in d.remediation.summary
+    text = d.remediation.summary
+    assert "profile llama3-8b" in text and "host RAM was not recorded" in text
+    assert "decode steps" in text and "PCIe Gen4 x16 assumed" in text
+    assert any("4-bit AWQ/GPTQ checkpoint" in a.summary for a in d.remediation.alternatives)
+
+
+def test_weights_oom_estimates_a_70b_fp16_model_from_its_repo_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 70B fp16 model on one 80 GB card: ~130 GiB of weights, 72 GiB usable: offload ~61 GiB, not 1."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    log = (
+        "INFO 01-01 [utils.py:1] non-default args: "
+        "{'model': 'meta-llama/Llama-2-70b-hf', 'dtype': 'float16'}\n"
+        "INFO [gpu_model_runner.py:1] Starting to load model meta-llama/Llama-2-70b-hf...\n"
+        + _oom_on(80)
+        + "\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "oom_weights_do_not_fit"
+    assert d.remediation.flag_changes == {"--cpu-offload-gb": "61"}
+    assert "estimate: 70B parameters (from the name)" in d.remediation.summary
+    alts = " | ".join(a.summary for a in d.remediation.alternatives)
+    # two cards would hold it, but the log shows only GPU 0
+    assert "--tensor-parallel-size 2 needs 2 such GPUs" in alts
+    assert "did not record the GPU" in alts  # fp8 needs a known sm_89+ GPU
+
+
+@pytest.mark.parametrize(("gpu", "fp8"), [("NVIDIA H100 80GB HBM3", True), ("NVIDIA A100-SXM4-80GB", False)])
+def test_weights_oom_proposes_fp8_from_the_logged_gpu_name_only_on_sm89_and_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: str, fp8: bool
+) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    log = (
+        f"INFO GPU 0: {gpu}\n"
+        "INFO non-default args: {'model': 'meta-llama/Llama-2-70b-hf'}\n"
+        "INFO [gpu_model_runner.py:1] Starting to load model x...\n" + _oom_on(80) + "\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    if fp8:
+        # 70B x 1.05 bytes = 68.4 GiB + 2 GiB room fits in 72
+        assert d.remediation.flag_changes == {"--quantization": "fp8"}
+    else:
+        assert "--quantization" not in d.remediation.flag_changes
+        assert d.remediation.flag_changes == {"--cpu-offload-gb": "61"}
+        assert any("sm_80" in a.summary for a in d.remediation.alternatives)
+
+
+@pytest.mark.parametrize(("visible", "expected"), [("0,1", None), ("0,1,2,3", "4")])
+def test_weights_oom_shards_only_over_as_many_gpus_as_are_visible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, visible: str, expected: str | None
+) -> None:
+    """~130 GiB on 40 GiB cards (36 usable) needs TP 4."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vllm.log").write_text("INFO Starting to load model x...\n" + _oom_on(40) + "\n")
+    argv = ["vllm", "serve", "meta-llama/Llama-2-70b-chat-hf", "--dtype", "float16"]
+    (run / "command.json").write_text(json.dumps({"argv": argv, "env": {"CUDA_VISIBLE_DEVICES": visible}}))
+    d = diagnose(run)
+    assert d.remediation.flag_changes.get("--tensor-parallel-size") == expected
+    if expected is None:
+        assert any("only 2 visible" in a.summary for a in d.remediation.alternatives)
+
+
+def test_weights_oom_counts_the_gpus_the_log_shows_through_world_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    log = (
+        "INFO non-default args: {'model': 'meta-llama/Llama-2-70b-hf', 'tensor_parallel_size': 2}\n"
+        "DEBUG [parallel_state.py:1] world_size=2 rank=0 local_rank=0 distributed_init_method=env:// "
+        "backend=nccl\n"
+        "INFO Starting to load model x...\n" + _oom_on(40) + "\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert "65.2 GiB per GPU at tensor_parallel_size=2" in d.remediation.summary
+    assert "--tensor-parallel-size" not in d.remediation.flag_changes
+    assert any("only 2 visible per the log" in a.summary for a in d.remediation.alternatives)
+
+
+def test_weights_remedies_parse_with_the_installed_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every flag change of the weights remedies, applied to a serve command, passes vLLM's own parser."""
+    arg_utils = pytest.importorskip("vllm.engine.arg_utils")
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older vLLM
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
+    parser = arg_utils.EngineArgs.add_cli_args(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    runs = [
+        _weights_run(tmp_path / "a", count=2, cc=[9, 0], weights_gib=75),
+        _weights_run(tmp_path / "b", count=8, cc=[8, 0], weights_gib=200),
+        _write(
+            tmp_path,
+            "c.log",
+            "INFO GPU 0: NVIDIA L40S\nINFO non-default args: {'model': 'Qwen/Qwen2.5-72B-Instruct'}\n"
+            "INFO Starting to load model x...\n" + _oom_on(48) + "\n",
+        ),
+    ]
+    seen = 0
+    base = ["--model", "m", "--max-model-len", "8192", "--tensor-parallel-size", "1"]
+    for run in runs:
+        d = diagnose(run)
+        assert d.cause == "oom_weights_do_not_fit"
+        for changes in [d.remediation.flag_changes] + [a.flag_changes for a in d.remediation.alternatives]:
+            if not changes:
+                continue
+            ns = parser.parse_args(apply_flag_changes(base, changes))
+            for flag, value in changes.items():
+                got = getattr(ns, flag.lstrip("-").replace("-", "_"))
+                assert got == (type(got)(value) if isinstance(got, (int, float)) else value), (flag, got)
+            seen += 1
+    assert seen >= 4
 
 
 def test_telemetry_counts_the_gpus_it_sampled(tmp_path: Path) -> None:

@@ -263,7 +263,8 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
     size = r"([\d.]+ ?(?:[KMGT]i?B|B|bytes))"
     facts: dict[str, float] = {}
     pats = {
-        "total": rf"total capacity of {size}|; {size} total capacity",
+        # 'capacty': the spelling of PyTorch 2.1's message
+        "total": rf"total capaci?ty of {size}|; {size} total capacity",
         "free": rf"of which {size} is free|; {size} free",
         "this_process": rf"this process has {size} memory in use",
         "tried": rf"Tried to allocate {size}",
@@ -529,17 +530,68 @@ UNQUANTIZED = {
 WEIGHTS_RESERVE_FRACTION = 0.08  # of a GPU kept out of the weights' share: activation peak, some KV cache
 
 
+KV_ACTIVATION_ROOM_GIB = 2.0  # per GPU, kept beside the weights: activation peak and some KV cache
+PCIE_GEN4_X16_BYTES_S = 25e9  # effective host-to-device bandwidth assumed when the link is not recorded
+
+
+def _visible_gpus(ctx: _Context, dev: dict[str, Any]) -> tuple[int | None, str]:
+    """GPUs the run could use, and where that number comes from (plan.json, telemetry,
+    CUDA_VISIBLE_DEVICES in command.json, or the log's world_size / GPU index)."""
+    n: float | None = None
+    src = ""
+    if _num_or_none(dev.get("count")):
+        n, src = _num_or_none(dev.get("count")), "plan.json"
+    elif ctx.telemetry and ctx.telemetry.gpus:
+        n, src = float(ctx.telemetry.gpus), "telemetry"
+    visible = ctx.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        listed = len([v for v in visible.split(",") if v.strip()])
+        if n is None or listed < n:
+            n, src = float(listed), "CUDA_VISIBLE_DEVICES in command.json"
+    if n is None:
+        world = ctx.scan.args.get("world_size")
+        index = None
+        for hit in ctx.scan.hits:
+            m = re.search(r"\bGPU (\d+)(?:;| has a total)", hit.text)
+            if m:
+                index = int(m.group(1)) + 1
+                break
+        best = max([v for v in (world, index) if isinstance(v, int)], default=None)
+        if best:
+            n, src = float(best), "the log (world_size / GPU index)"
+    return (int(n) if n else None), src
+
+
+def _capability(ctx: _Context, dev: dict[str, Any]) -> tuple[tuple[int, int] | None, str]:
+    """Compute capability: plan.json's, else from a GPU model name (plan.json, then the log)."""
+    from tuner.triage_weights import capability_from_name
+
+    cap = dev.get("compute_capability")
+    if isinstance(cap, list) and len(cap) == 2:
+        return (int(cap[0]), int(cap[1])), "plan.json"
+    for name, where in ((dev.get("name"), "plan.json"), (ctx.scan.gpu_name, "the log")):
+        if isinstance(name, str) and name:
+            cc = capability_from_name(name)
+            if cc:
+                return cc, f"{name} in {where}"
+    return None, ""
+
+
 def _weights_remedy(
     ctx: _Context, top: _Candidate, summary: str
 ) -> tuple[str, dict[str, str | None], list[RemedyOption]]:
-    """Argument changes for weights that do not fit, ranked: more GPUs (no loss of speed or quality),
-    FP8 weights on GPUs with FP8 units (sm_89+), then host-RAM offload (slow). Each is proposed only
-    when what the run recorded shows it is safe; otherwise the summary says why nothing is.
+    """Argument changes for weights that do not fit, computed from the model the run loaded, ranked:
+    more GPUs (no loss of speed or quality), FP8 weights on GPUs with FP8 units (sm_89+), a 4-bit
+    checkpoint of the same model (not an argument change), then host-RAM offload (slow). Each is
+    proposed only when the numbers show it fits; otherwise the summary says why nothing is safe.
 
-    Facts used: PyTorch's OOM message (total, free, 'Tried to allocate'), vLLM's logged configuration
-    (quantization, tensor_parallel_size), and from a `gputune launch` run directory plan.json (GPU
-    count and compute capability, weights size, host RAM) and telemetry (GPUs sampled).
+    The weights: plan.json's weights_bytes, else the model named in plan.json / command.json / the
+    log resolved by tuner.models (tuner/triage_weights.py), else an estimate from the parameter count
+    in its name. The card: PyTorch's OOM message (total, free, 'Tried to allocate'), plan.json, telemetry;
+    usable = total x gpu_memory_utilization (vLLM's default 0.9).
     """
+    from tuner.triage_weights import ModelWeights, model_name, model_weights
+
     facts: dict[str, float] = {}
     for hit in top.hits:
         facts = _torch_oom_facts(hit.text)
@@ -550,109 +602,196 @@ def _weights_remedy(
     total = facts.get("total") or _num_or_none(dev.get("total_bytes"), 2**20) or ctx.gpu_total_mib
     util = ctx.num("gpu_memory_utilization") or _num_or_none(plan.get("gpu_memory_utilization")) or 0.9
     tp = int(ctx.num("tensor_parallel_size") or _num_or_none(plan.get("tensor_parallel_size")) or 1)
-    gpus = _num_or_none(dev.get("count")) or (ctx.telemetry.gpus if ctx.telemetry else None)
-    visible = ctx.env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and gpus:
-        # the run was confined to these GPUs: sharding can use no others
-        gpus = min(gpus, len([v for v in visible.split(",") if v.strip()]))
-    cap = dev.get("compute_capability")
-    cc = (int(cap[0]), int(cap[1])) if isinstance(cap, list) and len(cap) == 2 else None
-    weights = _num_or_none(plan.get("weights_bytes"), 2**20)  # MiB, all GPUs
-    scheme = str(plan.get("weights_scheme") or "")
+    gpus, gpus_src = _visible_gpus(ctx, dev)
+    cc, cc_src = _capability(ctx, dev)
     quant = ctx.arg("quantization")
-    logged_unquantized = "quantization" in ctx.scan.args and ctx.scan.args.get("quantization") in (
-        None,
-        "None",
+    name = model_name(ctx.argv, ctx.scan.args, plan)
+    mw: ModelWeights | None = None
+    if name:
+        try:
+            mw = model_weights(name, ctx.env, ctx.arg("dtype"), quant)
+        except Exception:  # a model folder that cannot be read here: fall back to plan.json alone
+            mw = None
+    weights_b = _num_or_none(plan.get("weights_bytes"))
+    scheme = str(plan.get("weights_scheme") or "")
+    how = f"plan.json ({plan.get('weights_method') or 'gputune plan'})" if weights_b else ""
+    if not weights_b and mw is not None:
+        weights_b, how = mw.total_bytes, mw.how
+    unquantized = (
+        (scheme in UNQUANTIZED and quant in (None, "", "None"))
+        if weights_b and how.startswith("plan.json") and scheme
+        else bool(mw and mw.unquantized)
     )
-    unquantized = (quant in (None, "", "None") and (logged_unquantized or scheme in UNQUANTIZED)) and (
-        not scheme or scheme in UNQUANTIZED
-    )
+    heads = mw.heads if mw else None
+    if heads is None and isinstance(plan.get("model"), dict):
+        heads = int(plan["model"].get("num_attention_heads") or 0) or None
+    gib = 2.0**30
     if total:
         summary += f" The GPU has {total / 1024:.1f} GiB in all."
-    room = total * util * (1 - WEIGHTS_RESERVE_FRACTION) if total else None  # MiB for weights per GPU
-    per_gpu = weights / tp if weights else None
-    if per_gpu and room:
-        summary += (
-            f" The weights need about {per_gpu / 1024:.1f} GiB per GPU; about {room / 1024:.1f} GiB is there."
-        )
+    usable = total * 2**20 * util if total else None  # bytes per GPU vLLM may use
+    per_gpu = weights_b / tp if weights_b else None
+    room = KV_ACTIVATION_ROOM_GIB * gib
     opts: list[RemedyOption] = []
+    notes: list[RemedyOption] = []
     unsafe: list[str] = []
+    if per_gpu and weights_b:
+        summary += (
+            f" The weights of {name or 'the model'} take about {weights_b / gib:.1f} GiB"
+            f" ({how}), {per_gpu / gib:.1f} GiB per GPU at tensor_parallel_size={tp}"
+        )
+        if usable:
+            summary += f"; {usable / gib:.1f} GiB is usable per GPU (gpu_memory_utilization={util:g})"
+        else:
+            need = (per_gpu + room) / util / gib
+            on80 = next(
+                (
+                    k
+                    for k in (2, 4, 8, 16)
+                    if (heads is None or heads % k == 0) and weights_b / k + room <= 80 * util * gib
+                ),
+                None,
+            )
+            notes.append(
+                RemedyOption(
+                    "the log does not state the GPU's memory: at "
+                    f"tensor_parallel_size={tp} each GPU needs about {need:.0f} GiB"
+                    + (f"; on 80 GiB cards --tensor-parallel-size {on80} would hold it" if on80 else "")
+                )
+            )
+        summary += "."
+    if per_gpu and usable and per_gpu + room <= usable:
+        summary += (
+            f" The weights should fit with {KV_ACTIVATION_ROOM_GIB:g} GiB to spare, so something else took "
+            "the memory (another process on the GPU, or a larger checkpoint than counted): check nvidia-smi."
+        )
+        return summary, {}, [RemedyOption(f"not proposed: weights changes ({how})")]
 
     # 1. more GPUs
-    if gpus and gpus > tp:
-        k = next(
-            (n for n in (2, 4, 8, 16) if tp < n <= gpus and (not weights or not room or weights / n <= room)),
-            None,
-        )
-        if k:
+    if weights_b and usable:
+        fits = [
+            k
+            for k in range(tp + 1, 65)
+            if (k & (k - 1) == 0 if heads is None else heads % k == 0) and weights_b / k + room <= usable
+        ]
+        k = fits[0] if fits else None
+        if k and gpus and k <= gpus:
             opts.append(
                 RemedyOption(
-                    f"shard the weights over {k} GPUs (the host has {int(gpus)}; the model's attention heads "
-                    f"must divide by {k})",
+                    f"shard the weights over {k} GPUs: {weights_b / k / gib:.1f} GiB each "
+                    f"({gpus} visible per {gpus_src}"
+                    + (
+                        f"; {heads} attention heads divide by {k}"
+                        if heads
+                        else f"; the attention heads must divide by {k}"
+                    )
+                    + ")",
                     {"--tensor-parallel-size": str(k)},
                 )
             )
+        elif k:
+            seen = (
+                f"only {gpus} visible per {gpus_src}"
+                if gpus
+                else "the run did not record how many are visible"
+            )
+            unsafe.append(f"--tensor-parallel-size {k} needs {k} such GPUs ({seen})")
         else:
-            unsafe.append(f"even {int(gpus)} GPUs do not hold the weights")
+            unsafe.append("no tensor-parallel size up to 64 GPUs of this size holds the weights")
+    elif gpus and gpus > tp and not weights_b:
+        unsafe.append("more GPUs may help, but the model's size is unknown, so not how many")
     # 2. FP8 weights
-    if unquantized and cc is not None:
-        if cc >= (8, 9):
-            if per_gpu and room and per_gpu / 2 > room:
-                unsafe.append("FP8 weights would still not fit")
-            else:
-                opts.append(
-                    RemedyOption(
-                        f"quantize the weights to FP8 at load time (GPU sm_{cc[0]}{cc[1]} has FP8 units; "
-                        "halves weight memory, small accuracy cost)",
-                        {"--quantization": "fp8"},
-                    )
-                )
-        else:
+    fp8_b = (mw.fp8_bytes if mw and mw.unquantized else None) or (weights_b * 0.53 if weights_b else None)
+    if unquantized:
+        if cc is None:
+            unsafe.append("--quantization fp8 needs a GPU of sm_89+ and this run did not record the GPU")
+        elif cc < (8, 9):
             unsafe.append(f"--quantization fp8 needs sm_89+ for full speed (this GPU is sm_{cc[0]}{cc[1]})")
-    elif unquantized:
-        unsafe.append("--quantization fp8 is safe only on sm_89+ GPUs and this run did not record the GPU's")
-    # 3. host-RAM offload
-    shortfall = per_gpu - room if per_gpu and room else None
-    lower_bound = False
-    if shortfall is None and "tried" in facts and "free" in facts:
-        shortfall = facts["tried"] - facts["free"]
-        lower_bound = True
-    if shortfall is not None and shortfall > 0:
-        gib = math.ceil(shortfall / 1024 * 1.1 + 0.5)
-        old = ctx.num("cpu_offload_gb") or 0.0
-        new = int(old + gib)
-        host = _num_or_none(plan.get("host_ram_available"), 2**30)
-        if host is not None and new * tp > 0.8 * host:
+        elif fp8_b and usable and fp8_b / tp + room > usable:
+            unsafe.append(f"FP8 weights ({fp8_b / tp / gib:.1f} GiB per GPU) would still not fit")
+        else:
+            size = f" to about {fp8_b / tp / gib:.1f} GiB per GPU" if fp8_b else ""
+            opts.append(
+                RemedyOption(
+                    f"quantize the weights to FP8 at load time{size} (GPU sm_{cc[0]}{cc[1]} per {cc_src} has "
+                    "FP8 units; small accuracy cost)",
+                    {"--quantization": "fp8"},
+                )
+            )
+    # 3. a 4-bit checkpoint of the same model (not an argument change: another --model)
+    int4_b = mw.int4_bytes if mw else None
+    if int4_b and (not weights_b or int4_b < weights_b):
+        fit = ""
+        if usable:
+            fit = " (fits)" if int4_b / tp + room <= usable else " (would still not fit at this size)"
+        # ranked before host-RAM offload: no PCIe stream per step, at a small accuracy cost
+        opts.append(
+            RemedyOption(
+                f"serve a 4-bit AWQ/GPTQ checkpoint of {name}: about {int4_b / tp / gib:.1f} GiB per GPU{fit}"
+            )
+        )
+    # 4. host-RAM offload (vLLM's --cpu-offload-gb is per GPU)
+    old = ctx.num("cpu_offload_gb") or 0.0
+    if per_gpu and usable:
+        new = math.ceil((per_gpu - usable + room) / gib)
+        host = _num_or_none(plan.get("host_ram_available"), gib)
+        bw = _num_or_none(plan.get("pcie_bandwidth_bytes_s"))
+        link = str(plan.get("pcie_source") or "") if bw else "PCIe Gen4 x16 assumed, ~25 GB/s"
+        bw = bw or PCIE_GEN4_X16_BYTES_S
+        if new <= old:
+            unsafe.append(f"--cpu-offload-gb {old:g} already covers the count; the OOM is elsewhere")
+        elif new * gib >= per_gpu:
+            unsafe.append(
+                "offloading would leave no weights on the GPU: the card is too small for this model"
+            )
+        elif host is not None and new * tp > 0.8 * host:
             unsafe.append(
                 f"--cpu-offload-gb {new} x {tp} GPU(s) exceeds 80% of the {host:.0f} GiB host RAM free"
             )
         else:
-            what = "at least " if lower_bound else ""
-            note = (
-                " (the OOM message only shows the allocation that failed, so the weights still to load may "
-                "need more: a second attempt will say)"
-                if lower_bound
-                else ""
+            ceiling = bw / (new * gib)
+            ram = (
+                f"the host has {host:.0f} GiB free"
+                if host is not None
+                else f"host RAM was not recorded: it needs {new * tp} GiB free"
             )
             opts.append(
                 RemedyOption(
-                    f"keep {what}{gib} GiB of weights in host RAM with --cpu-offload-gb {new}{note}; slow: "
-                    "the offloaded weights cross PCIe on every step",
+                    f"keep {new} GiB of weights per GPU in host RAM with --cpu-offload-gb {new} ({ram}); "
+                    f"slow: they cross PCIe every step, at most ~{ceiling:.1f} decode steps (tokens per "
+                    f"sequence) per second ({link})",
                     {"--cpu-offload-gb": str(new)},
                 )
             )
-    flags: dict[str, str | None] = dict(opts[0].flag_changes) if opts else {}
-    if opts:
-        summary += f" Next: {opts[0].summary}."
-    else:
-        why = (
-            "; ".join(unsafe) if unsafe else "the log does not show the GPU count, capability or weight size"
+    elif "tried" in facts and "free" in facts and facts["tried"] > facts["free"]:
+        low = math.ceil((facts["tried"] - facts["free"]) / 1024 * 1.1 + 0.5)
+        notes.append(
+            RemedyOption(
+                f"at least {low} GiB short (the failed allocation minus what was free); the whole model's "
+                "shortfall is unknown without its size, so no --cpu-offload-gb is proposed"
+            )
         )
+    first = next((o for o in opts if o.flag_changes), None)
+    flags: dict[str, str | None] = dict(first.flag_changes) if first else {}
+    if first is not None:
+        summary += f" Next: {first.summary}."
+        better = [o for o in opts[: opts.index(first)] if not o.flag_changes]
+        if better:
+            summary += f" Better where another checkpoint is acceptable: {better[0].summary}."
+    else:
+        if not per_gpu:
+            why = "the model's size is not known from the run directory or the log"
+            if name:
+                why = f"{name!r} could not be resolved here and its name holds no parameter count"
+        elif not usable:
+            why = "the log does not state the GPU's memory"
+        else:
+            why = "; ".join(unsafe) or "no change fits"
         summary += (
             f" No argument change is known to be safe from what this run recorded ({why}): use a quantized "
             "checkpoint (AWQ/GPTQ int4) or a larger GPU."
         )
-    return summary, flags, opts[1:] + [RemedyOption(f"not proposed: {u}") for u in unsafe]
+    rest = [o for o in opts if o is not first]
+    return summary, flags, rest + notes + [RemedyOption(f"not proposed: {u}") for u in unsafe]
 
 
 def _num_or_none(value: Any, divisor: float = 1.0) -> float | None:

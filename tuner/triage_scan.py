@@ -99,6 +99,8 @@ INFO_NEEDLES: tuple[str, ...] = (
     "version ",
     "text_generation_",
     "sglang",
+    "NVIDIA ",
+    "world_size=",
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
@@ -192,6 +194,7 @@ class ScanResult:
     exceptions: list[PyException] = field(default_factory=list)  # the last KEEP_EXCEPTIONS tracebacks' ends
     recent_frames: list[tuple[int, str]] = field(default_factory=list)  # (line, file) of the last frames
     vllm_paths: bool = False  # a traceback frame or a logged path inside a vllm/ package
+    gpu_name: str | None = None  # an 'NVIDIA <model>' device name in the log (nvidia-smi, torch, vLLM)
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,11 @@ _EXC = re.compile(
 )
 _PID = re.compile(r"\bpid=(\d+)")
 _VERSION = re.compile(r"(?:version |\(v)(\d+\.\d+\.\d+[\w.+-]*)")
+_GPU_NAME = re.compile(
+    r"NVIDIA (?:GeForce |RTX |Tesla |PRO )*[A-Z]{0,3}\d+\w*"
+    r"(?: (?:Ti|SUPER|Ada|Blackwell|\d+GB|NVL|PCIe|SXM\w*|HBM\w*))*"
+)
+_WORLD_SIZE = re.compile(r"\bworld_size=(\d+)")
 _CONFIG_KV = re.compile(r"\b(\w+)=([^,()\s]+)")
 
 
@@ -548,6 +556,17 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
         if res.engine == "vllm" and not res.vllm_version:
             res.engine = ENGINE_NEEDLES[needle]
         return True
+    if needle == "NVIDIA ":
+        m = _GPU_NAME.search(text)
+        if m and res.gpu_name is None:
+            res.gpu_name = m.group(0)
+        return m is not None
+    if needle == "world_size=":
+        # vllm/distributed/parallel_state.py init_distributed_environment: 'world_size=%d rank=%d ...'
+        m = _WORLD_SIZE.search(text)
+        if m:
+            res.args.setdefault("world_size", int(m.group(1)))
+        return m is not None
     if needle in ("cpu_worker.py", "cpu_model_runner.py"):
         res.cpu_backend = True
         return True
