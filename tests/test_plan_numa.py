@@ -66,7 +66,7 @@ def test_cpu_plan_binds_to_the_node_with_most_free_memory(tmp_path: Path) -> Non
     plan = plan_on(two_node_host(tmp_path, gpu_node=None, gpu=False), model="qwen2.5-7b")
     assert plan.target == "cpu"
     assert plan.numa_node == 0
-    assert "most free memory" in plan.numa_reason and "100.00 GiB" in plan.numa_reason
+    assert "most memory available" in plan.numa_reason and "100.00 GiB" in plan.numa_reason
     swapped = plan_on(
         two_node_host(tmp_path / "b", gpu_node=None, gpu=False, free0_gib=10, free1_gib=90),
         model="qwen2.5-7b",
@@ -78,7 +78,7 @@ def test_gpu_without_a_reported_node_falls_back_to_the_node_with_most_free_memor
     plan = plan_on(two_node_host(tmp_path, gpu_node=None, free0_gib=10, free1_gib=90))
     assert plan.target == "gpu"
     assert plan.numa_node == 1
-    assert "no GPU reports its NUMA node" in plan.numa_reason and "most free memory" in plan.numa_reason
+    assert "no GPU reports its NUMA node" in plan.numa_reason and "most memory available" in plan.numa_reason
 
 
 def test_one_node_host_with_a_gpu_launches_unbound_and_says_why(tmp_path: Path) -> None:

@@ -407,3 +407,25 @@ def test_snapshot_with_only_loopback_listeners_passes(tmp_path: Path) -> None:
         TCP_HEADER + "   1: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 0 0 0 4243 1 0\n",
     )
     assert one(t.host(), "vllm.exposed").status is Status.PASS
+
+
+def test_page_cache_counts_as_available_so_a_node_full_of_cached_model_files_is_not_full(
+    tmp_path: Path,
+) -> None:
+    # After a model is read from disk its pages sit in the node's page cache: MemFree is small but
+    # the kernel hands that memory out at once. Node 0 has less MemFree but far more clean cache.
+    t = HostTree(tmp_path)
+    for node, free_kib, file_kib in ((0, 4 << 20, 40 << 20), (1, 8 << 20, 1 << 20)):
+        t.write(f"/sys/devices/system/node/node{node}/cpulist", f"{node * 4}-{node * 4 + 3}\n")
+        t.write(
+            f"/sys/devices/system/node/node{node}/meminfo",
+            f"Node {node} MemTotal:       {64 << 20} kB\nNode {node} MemFree:        {free_kib} kB\n"
+            f"Node {node} FilePages:      {file_kib} kB\nNode {node} Shmem:          {1 << 20} kB\n"
+            f"Node {node} KReclaimable:   {1 << 19} kB\n",
+        )
+    nf = Facts(t.host()).get("numa")
+    by_id = {n.id: n for n in nf.nodes}
+    assert by_id[0].mem_free == (4 << 20) * 1024
+    assert by_id[0].available == ((4 << 20) + (40 << 20) - (1 << 20) + (1 << 19)) * 1024
+    assert by_id[1].available == ((8 << 20) + 0 + (1 << 19)) * 1024  # cache all shmem: nothing to reclaim
+    assert node_with_most_free_memory(nf) == 0

@@ -440,16 +440,16 @@ def cpu_numa(numa: Any) -> tuple[int | None, int | None, str]:
         return None, None, f"no NUMA nodes reported ({why})"
     node = node_with_most_free_memory(numa)
     if node is None:
-        return None, None, "no node reports its free memory"
-    free = next(n.mem_free for n in nodes if n.id == node)
+        return None, None, "no node reports its available memory"
+    free = next(n.available for n in nodes if n.id == node)
     if len(nodes) == 1:
-        return node, free, f"node {node} is this host's only NUMA node ({_gib(free or 0)} free)"
+        return node, free, f"node {node} is this host's only NUMA node ({_gib(free or 0)} available)"
     return (
         node,
         free,
         (
-            f"CPU backend: node {node} has the most free memory ({_gib(free or 0)}) of {len(nodes)} nodes;"
-            " weights and KV cache live in host RAM"
+            f"CPU backend: node {node} has the most memory available ({_gib(free or 0)}) of"
+            f" {len(nodes)} nodes; weights and KV cache live in host RAM"
         ),
     )
 
@@ -482,9 +482,9 @@ def gpu_numa(numa: Any, dev: Device | None) -> tuple[int | None, str]:
             gpu = f"GPU {g.pci_bus_id}" + (f" ({g.name})" if g.name else "")
             return node, f"{gpu} is on NUMA node {node} ({where}){note}"
     if node == node_with_most_free_memory(numa):
-        free = next((n.mem_free for n in numa.nodes if n.id == node), None)
+        free = next((n.available for n in numa.nodes if n.id == node), None)
         return node, (
-            f"no GPU reports its NUMA node; node {node} has the most free memory ({_gib(free or 0)})"
+            f"no GPU reports its NUMA node; node {node} has the most memory available ({_gib(free or 0)})"
             f" of {len(numa.nodes)} nodes"
         )
     return node, f"node {node}"

@@ -39,6 +39,15 @@ class NumaNode:
     cpulist: str  # the same in cpulist notation ("32-63"); "" for a memory-only node
     mem_total: int | None  # bytes, "Node N MemTotal" of nodeN/meminfo
     mem_free: int | None  # bytes, "Node N MemFree" of nodeN/meminfo
+    # bytes the node can hand out without swapping: MemFree + FilePages - Shmem + KReclaimable of
+    # nodeN/meminfo (page cache and reclaimable slab), as the kernel's MemAvailable counts them. After a
+    # model was read from disk its pages sit in the cache, and MemFree alone says the node is full.
+    mem_available: int | None = None
+
+    @property
+    def available(self) -> int | None:
+        """Memory a process bound to this node can get: mem_available, else mem_free."""
+        return self.mem_available if self.mem_available is not None else self.mem_free
 
 
 @dataclass(frozen=True)
@@ -128,17 +137,25 @@ def parse_cpumask(text: str) -> tuple[int, ...]:
     return tuple(i for i in range(value.bit_length()) if value >> i & 1)
 
 
+def _available(mem: dict[str, int]) -> int | None:
+    """MemFree plus what the kernel can reclaim at once (clean page cache, reclaimable slab)."""
+    if "MemFree" not in mem or "FilePages" not in mem:
+        return None
+    cache = max(0, mem["FilePages"] - mem.get("Shmem", 0))
+    return mem["MemFree"] + cache + mem.get("KReclaimable", mem.get("SReclaimable", 0))
+
+
 def numactl_argv(node: int) -> list[str]:
     """The prefix that binds a process's CPUs and memory to one node."""
     return ["numactl", f"--cpunodebind={node}", f"--membind={node}"]
 
 
 def node_with_most_free_memory(facts: NumaFacts) -> int | None:
-    """The node (with CPUs) that has the most free memory; None when no node reports it."""
-    known = [n for n in facts.nodes if n.mem_free is not None and n.cpus]
+    """The node (with CPUs) that has the most memory available; None when no node reports it."""
+    known = [n for n in facts.nodes if n.available is not None and n.cpus]
     if not known:
         return None
-    return max(known, key=lambda n: (n.mem_free or 0, -n.id)).id
+    return max(known, key=lambda n: (n.available or 0, -n.id)).id
 
 
 def launch_node(facts: NumaFacts, pci_bus_ids: Iterable[str] | None = None) -> int | None:
@@ -195,7 +212,8 @@ def read_nodes(host: Host) -> tuple[tuple[NumaNode, ...], str]:
                 cpus = ()
         mem_r = host.read_text(f"{base}/meminfo", limit=64 << 10)
         mem = parse_meminfo(mem_r.value) if mem_r.ok and mem_r.value is not None else {}
-        nodes.append(NumaNode(nid, cpus, format_cpulist(cpus), mem.get("MemTotal"), mem.get("MemFree")))
+        total, free = mem.get("MemTotal"), mem.get("MemFree")
+        nodes.append(NumaNode(nid, cpus, format_cpulist(cpus), total, free, _available(mem)))
     nodes.sort(key=lambda n: n.id)
     return tuple(nodes), "" if nodes else "no nodeN entries under /sys/devices/system/node"
 

@@ -34,6 +34,8 @@ def evidence(nf: NumaFacts) -> dict[str, Any]:
                 "mem_total_human": fmt_bytes(n.mem_total),
                 "mem_free": n.mem_free,
                 "mem_free_human": fmt_bytes(n.mem_free),
+                "mem_available": n.mem_available,
+                "mem_available_human": fmt_bytes(n.mem_available),
             }
             for n in nf.nodes
         ],
