@@ -192,8 +192,11 @@ def test_ansi_colours_inside_the_message_are_removed_before_numbers_are_read(tmp
     ("landmark", "cause", "stage"),
     [
         ("INFO [gpu_model_runner.py:1] Starting to load model /m...", "oom_weights_do_not_fit", "load"),
+        # 'Loading weights took' is logged before process_weights_after_loading (quantized layers repack
+        # their weights there: vllm/model_executor/model_loader/base_loader.py), so loading goes on
+        ("INFO [default_loader.py:1] Loading weights took 3.1 seconds", "oom_weights_do_not_fit", "load"),
         (
-            "INFO [default_loader.py:1] Loading weights took 3.1 seconds",
+            "INFO [gpu_model_runner.py:1] Model loading took 18.47 GiB memory and 10.99 seconds",
             "oom_sampler_warmup_or_profile_run",
             "memory_profiling",
         ),
@@ -1347,3 +1350,105 @@ def test_an_oom_while_recent_vllm_profiles_cuda_graph_memory_is_a_graph_capture_
     assert diag.cause == "oom_cudagraph_capture"
     assert diag.stage == "graph_capture"
     assert diag.remediation.flag_changes == {"--enforce-eager": ""}
+
+
+V1_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of "
+    "23.56 GiB of which 56.88 MiB is free.\n"
+)
+
+
+def _frame(func: str, path: str = "vllm/v1/engine/core.py") -> str:
+    return f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line 10, in {func}\n    x()\n'
+
+
+def test_an_oom_in_the_engine_busy_loop_is_a_serving_oom_even_without_request_logs(tmp_path: Path) -> None:
+    # vllm/v1/engine/core.py run_busy_loop/_process_engine_step only run once the engine serves
+    text = _frame("run_busy_loop") + _frame("_process_engine_step") + _frame("step_with_batch_queue") + V1_OOM
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert (d.cause, d.stage) == ("oom_runtime_under_load", "serving")
+    assert d.confidence > 0.8
+
+
+def test_a_frame_landmark_names_the_whole_function_not_a_prefix(tmp_path: Path) -> None:
+    # ', in _warmup' (warm-up) must not match ', in _warmup_and_capture' (CUDA graph capture)
+    runner = "vllm/v1/worker/gpu_model_runner.py"
+    text = _frame("capture_model", runner) + _frame("_warmup_and_capture", runner) + V1_OOM
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert (d.cause, d.stage) == ("oom_cudagraph_capture", "graph_capture")
+
+
+def test_a_v0_oom_under_initialize_kv_caches_is_the_profile_run_not_kv_allocation(tmp_path: Path) -> None:
+    # vllm/engine/llm_engine.py _initialize_kv_caches first profiles (determine_num_available_blocks)
+    text = (
+        _frame("_initialize_kv_caches", "vllm/engine/llm_engine.py")
+        + _frame("determine_num_available_blocks", "vllm/executor/gpu_executor.py")
+        + V1_OOM
+    )
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert (d.cause, d.stage) == ("oom_sampler_warmup_or_profile_run", "memory_profiling")
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        ("[bug] OOM on container boot\n", "oom_runtime_under_load"),
+        ('[Bug]: the issue of "cuda out of memory" arises\n', "oom_runtime_under_load"),
+        ("WARNING [gpu_worker.py:796] Lower --gpu-memory-utilization to avoid OOM.\n", "unknown"),
+        ("Out of memory: Killed process 4242 (python3) total-vm:98765kB\n", "host_ram_oom_killed"),
+        ("UserWarning: the CUDACachingAllocator will raise an OOM error as a result.\n", "unknown"),
+    ],
+)
+def test_a_users_retyped_or_abbreviated_cuda_oom_is_an_oom_but_warnings_and_the_oom_killer_are_not(
+    tmp_path: Path, line: str, cause: str
+) -> None:
+    d = diagnose(_write(tmp_path, "x.log", line))
+    assert d.cause == cause
+    if cause == "oom_runtime_under_load":
+        # no stage landmark: the weak stage-free answer with the start-up OOMs as alternatives
+        assert d.confidence <= 0.7
+        alternatives = {a for a, _ in d.alternatives}
+        assert alternatives >= {"oom_weights_do_not_fit", "oom_sampler_warmup_or_profile_run"}
+
+
+def test_a_retyped_oom_takes_its_label_from_the_stage_the_log_reached(tmp_path: Path) -> None:
+    text = (
+        "INFO 09-27 11:18:22 model_runner.py:1025] Loading model weights took 19.9073 GB\n"
+        "INFO 09-27 11:18:35 enc_dec_model_runner.py:297] Starting profile run for multi-modal models.\n"
+        "[Usage]: Failure to deploy Llama-3.2-11B-Vision Due to OOM\n"
+    )
+    assert diagnose(_write(tmp_path, "x.log", text)).cause == "oom_sampler_warmup_or_profile_run"
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled system error\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            "[Bug]: Docker vLLM CUDA error: an illegal memory access, sampled_token_ids.tolist()\n",
+            "illegal_memory_access_software_bug",
+        ),
+        (
+            "ValueError: Prompt length of 5016 is longer than the maximum model length of 4096.\n",
+            "config_error_not_resource",
+        ),
+    ],
+)
+def test_cupy_nccl_errors_shortened_illegal_access_and_long_prompts_are_not_memory(
+    tmp_path: Path, line: str, cause: str
+) -> None:
+    d = diagnose(_write(tmp_path, "x.log", line))
+    assert d.cause == cause
+    assert not d.memory
+
+
+def test_the_dev_shm_hint_is_never_the_answer_for_a_line_that_names_an_nccl_failure(tmp_path: Path) -> None:
+    # nccl.system_error_shm_hint (0.35) ranks /dev/shm under the NCCL failure; any line it matches must
+    # also be read as that NCCL failure, whatever wrapper printed it
+    line = "WrapperNcclError: NCCL_SYSTEM failure: unhandled system error (run with NCCL_DEBUG=INFO)\n"
+    d = diagnose(_write(tmp_path, "x.log", line))
+    assert d.cause == "nccl_multi_gpu_comm_failure"
+    assert ("shm_insufficient", 0.35) in d.alternatives

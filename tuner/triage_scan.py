@@ -478,6 +478,18 @@ def _rejoin_wrapped(res: ScanResult, sigs: list[Signature]) -> None:
                         res.hits.append(Hit(sig, tail[i][0], joined[:1000], groups, stage))
 
 
+def _whole_frame(text: str, needle: str) -> bool:
+    """A frame landmark (', in f') names the whole function: ', in _warmup' is not ', in _warmup_and_capture'
+    (vllm/v1/worker/gpu_model_runner.py, whose capture helpers share prefixes with other stages' names)."""
+    start = text.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        if end >= len(text) or not (text[end].isalnum() or text[end] == "_"):
+            return True
+        start = text.find(needle, start + 1)
+    return False
+
+
 def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, stage_idx: int) -> int:
     """Test one decoded line against the active needles; returns the new stage index."""
     new_idx = stage_idx
@@ -495,6 +507,8 @@ def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, sta
             if _info(needle, text, res):
                 matcher.info_left.discard(needle)
         elif isinstance(obj, Landmark):
+            if obj.needle.startswith(", in ") and not _whole_frame(text, obj.needle):
+                continue
             idx = STAGES.index(obj.stage)
             if idx > new_idx:
                 new_idx = idx
