@@ -1,9 +1,9 @@
 """The snapshot taken by `gputune snapshot` on the real H200 (bench/gpu/doctor.sh), diagnosed offline.
 
-The lead commits, from bench/gpu/doctor.sh's doctor.tgz:
+From bench/gpu/doctor.sh's doctor.tgz, committed as:
 - tests/fixtures/gpu/h200-snapshot.tar.gz (the snapshot), and
 - tests/fixtures/gpu/h200-snapshot.expected.json (`gputune doctor --from` it, run on the H200).
-Until then this test is skipped.
+The test is skipped only where those files are absent.
 """
 
 from __future__ import annotations
