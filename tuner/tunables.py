@@ -252,20 +252,21 @@ Condition = Callable[[Host, list[Instance], TunableDef], str | None]
 """Returns None when the recommendation applies here, else the reason it does not."""
 
 
-def numa_nodes(host: Host) -> list[str]:
-    """NUMA nodes from /sys/devices/system/node/node<N> (absent on kernels without NUMA: one node)."""
-    got = host.listdir("/sys/devices/system/node")
-    if not got.ok or got.value is None:
-        return []
-    return [n for n in got.value if re.fullmatch(r"node\d+", n)]
+def numa_nodes(host: Host) -> int:
+    """How many NUMA nodes the kernel reports (the numa probe's reading; 0 on kernels without NUMA)."""
+    from tuner.probes.numa import read_nodes
+
+    return len(read_nodes(host)[0])
 
 
 def swap_areas(host: Host) -> list[str]:
-    """Swap areas in use, from /proc/swaps (first column after the header)."""
+    """Swap areas in use (the swap probe's parser of /proc/swaps)."""
+    from tuner.probes.swap import parse_swaps
+
     text = host.read_text("/proc/swaps")
     if not text.ok or text.value is None:
         return []
-    return [line.split()[0] for line in text.value.splitlines()[1:] if line.split()]
+    return [e.filename for e in parse_swaps(text.value)]
 
 
 def _always(host: Host, inst: list[Instance], d: TunableDef) -> str | None:
@@ -274,9 +275,9 @@ def _always(host: Host, inst: list[Instance], d: TunableDef) -> str | None:
 
 def _multi_numa(host: Host, inst: list[Instance], d: TunableDef) -> str | None:
     nodes = numa_nodes(host)
-    if len(nodes) > 1:
+    if nodes > 1:
         return None
-    return f"{len(nodes) or 1} NUMA node here: launches are not bound to a node, so nothing to change"
+    return f"{nodes or 1} NUMA node here: launches are not bound to a node, so nothing to change"
 
 
 def _swap_configured(host: Host, inst: list[Instance], d: TunableDef) -> str | None:
