@@ -146,6 +146,16 @@ def test_unreadable_or_logless_input_is_a_usage_error_not_a_traceback(tmp_path: 
         log.chmod(0o644)
 
 
+def test_empty_log_says_it_is_empty_but_exit_status_and_kernel_log_still_count(tmp_path: Path) -> None:
+    log = _write(tmp_path, "vllm.log", "")
+    d = diagnose(log)
+    assert d.cause == "unknown"
+    assert "empty" in d.remediation.summary
+    assert any("empty" in e.text for e in d.evidence)
+    dmesg = _write(tmp_path, "kern.log", "Out of memory: Killed process 4242 (python3) total-vm:9000kB\n")
+    assert diagnose(log, dmesg=dmesg, exit_code=-9).cause == "host_ram_oom_killed"
+
+
 def test_binary_garbage_is_diagnosed_as_unknown_without_crashing(tmp_path: Path) -> None:
     p = tmp_path / "garbage.log"
     p.write_bytes(bytes(range(256)) * 1000 + b"\xff\xfe" * 5000)
@@ -1452,3 +1462,33 @@ def test_the_dev_shm_hint_is_never_the_answer_for_a_line_that_names_an_nccl_fail
     d = diagnose(_write(tmp_path, "x.log", line))
     assert d.cause == "nccl_multi_gpu_comm_failure"
     assert ("shm_insufficient", 0.35) in d.alternatives
+
+
+# ------------------------------------------------------------------------- stage stated in words
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        ("CUDA OOM during sampler warmup with a 72B model", "oom_sampler_warmup_or_profile_run"),
+        ("got cuda oom when capturing cuda graphs on 2x3090", "oom_cudagraph_capture"),
+        ("CUDA out of memory while loading the model weights", "oom_weights_do_not_fit"),
+        ("OOM error during inference with long prompts", "oom_runtime_under_load"),
+        ("OOM error on an A10", "oom_runtime_under_load"),  # no stage named: the stage-free label
+    ],
+)
+def test_a_person_naming_the_stage_of_an_oom_picks_the_label(tmp_path: Path, line: str, cause: str) -> None:
+    d = diagnose(_write(tmp_path, "vllm.log", line + "\n"))
+    assert d.cause == cause
+    named = any("says where it happened" in e.text for e in d.evidence)
+    assert named == (line != "OOM error on an A10")
+
+
+def test_pytorch_private_pool_clause_is_not_read_as_the_stage(tmp_path: Path) -> None:
+    # PyTorch's own line mentions CUDA Graphs whenever graph pools hold memory; it is not a person's words
+    line = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 524.00 MiB. GPU 0 has a total "
+        "capacity of 15.77 GiB of which 137.12 MiB is free. Of the allocated memory 13.81 GiB is allocated "
+        "by PyTorch, with 106.00 MiB allocated in private pools (e.g., CUDA Graphs), and 121.43 MiB is "
+        "reserved by PyTorch but unallocated."
+    )
+    d = diagnose(_write(tmp_path, "vllm.log", line + "\n"))
+    assert not any("says where it happened" in e.text for e in d.evidence)

@@ -276,8 +276,10 @@ def _first(mod: ModuleType, *names: str) -> Callable[..., Any] | None:
 def _processes(mod: ModuleType, handle: Any) -> tuple[GpuProcess, ...]:
     """Compute then graphics processes: v3 of the call, falling back to v2 and v1 on older drivers."""
     out: dict[int, GpuProcess] = {}
-    for kind, base in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
-                       ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+    for kind, base in (
+        ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+        ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ):
         got = None
         for name in (f"{base}_v3", f"{base}_v2", base):
             fn = getattr(mod, name, None)
@@ -329,8 +331,18 @@ def _pcie(mod: ModuleType, h: Any) -> PcieLink:
     )
 
 
-_ARCH_NAMES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
-               8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell", 11: "Orin"}
+_ARCH_NAMES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    11: "Orin",
+}
 
 
 def _read_device(mod: ModuleType, host: Host, index: int) -> GpuInfo:
@@ -351,8 +363,12 @@ def _read_device(mod: ModuleType, host: Host, index: int) -> GpuInfo:
     power = _call(mod.nvmlDeviceGetPowerUsage, h)
     limit = _call(mod.nvmlDeviceGetPowerManagementLimit, h)
     remap = _call(getattr(mod, "nvmlDeviceGetRemappedRows", None), h)
-    unc = _call(getattr(mod, "nvmlDeviceGetTotalEccErrors", None), h,
-                getattr(mod, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), getattr(mod, "NVML_VOLATILE_ECC", 0))
+    unc = _call(
+        getattr(mod, "nvmlDeviceGetTotalEccErrors", None),
+        h,
+        getattr(mod, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+        getattr(mod, "NVML_VOLATILE_ECC", 0),
+    )
     arch = _call(getattr(mod, "nvmlDeviceGetArchitecture", None), h)
     uuid = _call(mod.nvmlDeviceGetUUID, h)
     persistence = _call(mod.nvmlDeviceGetPersistenceMode, h)
@@ -425,8 +441,17 @@ def read_nvml(host: Host) -> GpuInventory:
 # ------------------------------------------------------------------------------------------------
 # nvidia-smi -q -x (snapshots)
 # ------------------------------------------------------------------------------------------------
-_NA = {"", "n/a", "[n/a]", "not supported", "[not supported]", "unknown", "none",
-       "requested functionality has been deprecated", "insufficient permissions"}
+_NA = {
+    "",
+    "n/a",
+    "[n/a]",
+    "not supported",
+    "[not supported]",
+    "unknown",
+    "none",
+    "requested functionality has been deprecated",
+    "insufficient permissions",
+}
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -472,8 +497,10 @@ def _xml_flag(el: ElementTree.Element | None, path: str) -> bool | None:
 def _smi_reasons(gpu: ElementTree.Element) -> tuple[str, ...]:
     """Active <clocks_event_reasons> (driver >= 535) or <clocks_throttle_reasons> (older)."""
     active: list[str] = []
-    for block, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
-                          ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+    for block, prefix in (
+        ("clocks_event_reasons", "clocks_event_reason_"),
+        ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+    ):
         for child in gpu.find(block) if gpu.find(block) is not None else []:  # type: ignore[union-attr]
             if (child.text or "").strip().lower() == "active":
                 name = child.tag.removeprefix(prefix)
@@ -569,8 +596,9 @@ def parse_smi_xml(text: str) -> GpuInventory:
     gpus = tuple(_smi_gpu(i, g) for i, g in enumerate(root.findall("gpu")))
     driver = _xml_text(root, "driver_version")
     if not gpus:
-        return GpuInventory(State.ABSENT, "no NVIDIA GPU: nvidia-smi.xml lists no GPU", driver, cuda, (),
-                            NVIDIA_SMI_XML)
+        return GpuInventory(
+            State.ABSENT, "no NVIDIA GPU: nvidia-smi.xml lists no GPU", driver, cuda, (), NVIDIA_SMI_XML
+        )
     return GpuInventory(State.OK, "", driver, cuda, gpus, NVIDIA_SMI_XML)
 
 
@@ -662,8 +690,6 @@ def read_snapshot(host: Host) -> GpuInventory:
     except (OSError, ValueError, KeyError, TypeError):
         return inv  # nvml.json is optional; a broken one must not hide the XML's facts
     return _merge_all(inv, nvml)
-
-
 
 
 # ==================================================================================================

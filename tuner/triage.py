@@ -319,9 +319,24 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         cause, weight = sig.cause, sig.weight
         if sig.id == "kernel.nvrm_xid":
             cause, weight = _xid_cause(pb, hit)
+        stated = None
+        if cause == "oom" and stage == "unknown":
+            stated = _stated_stage(pb, hit.text)
+            if stated is not None:
+                stage = stated
         if cause == "oom":
             cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
+            if stated is not None:
+                cand(cause).extra.append(
+                    Evidence(
+                        "log",
+                        f"the OOM line itself says where it happened: stage '{stated}'",
+                        hit.line_no,
+                        "a person's words on the line (no vLLM landmark in the log); "
+                        "playbooks/triage/stages.toml [[stated]]",
+                    )
+                )
             if stage == "unknown" and not _graphs_were_captured(hit.text):
                 # No landmark says how far start-up got and nothing says CUDA graphs existed: the
                 # OOM line alone cannot tell loading from serving, so say so in the confidence.
@@ -381,6 +396,17 @@ def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
     with the error, and some loggers print the message before its traceback)."""
     found = [s for s, first in res.stage_first_line.items() if line_no < first <= line_no + window]
     return max(found, key=STAGES.index) if found else "unknown"
+
+
+_PRIVATE_POOLS = re.compile(r"allocated in private pools \(e\.g\., CUDA Graphs\)")
+
+
+def _stated_stage(pb: Playbook, text: str) -> str | None:
+    """The stage a person's sentence about an OOM names ('CUDA OOM during sampler warmup', 'cuda oom when
+    capturing cuda graphs'); the furthest one when it names several, None when it names none."""
+    text = _PRIVATE_POOLS.sub("", text)  # PyTorch's own clause, not a person's words
+    found = [stage for stage, rx in pb.stated if rx.search(text)]
+    return max(found, key=STAGES.index) if found else None
 
 
 def _xid_cause(pb: Playbook, hit: Hit) -> tuple[str, float]:
@@ -1362,7 +1388,15 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         summary = str(info.get("summary", ""))
         alternatives = [(c.cause, round(c.confidence, 2)) for c in ranked[:3]]
         cut_at = _ends_inside_traceback(res)
-        if cut_at is not None:
+        if res.bytes == 0 or not res.lines:
+            summary = (
+                "The log is empty, so there is nothing to triage: the process may have died before it wrote "
+                "anything (check the exit status and the kernel log), or its output went elsewhere "
+                "(docker logs, journalctl -u, a supervisor's own log file)."
+            )
+            what = "the log is empty (0 bytes)" if res.bytes == 0 else "the log has no lines"
+            ev.append(Evidence("log", what))
+        elif cut_at is not None:
             # Python prints the exception line after the frames: a log that stops after frames was cut
             # (a paste, a truncated file, a collector's line limit) before the line that names the cause
             ev.append(Evidence("log", cut_at[1], cut_at[0], "the log ends inside this traceback"))

@@ -205,6 +205,8 @@ class Playbook:
     oom_by_stage: dict[str, str]
     xid: dict[int, dict[str, Any]]
     structural: tuple[Structural, ...] = ()
+    # words with which a person's sentence about an OOM names its stage ('OOM when capturing CUDA graphs')
+    stated: tuple[tuple[str, re.Pattern[str]], ...] = ()
 
 
 @functools.cache
@@ -272,6 +274,10 @@ def playbook(folder: str | None = None) -> Playbook:
         oom_by_stage={str(k): str(v) for k, v in cause_doc.get("oom_by_stage", {}).items()},
         xid=xid,
         structural=tuple(structural),
+        stated=tuple(
+            (str(raw["stage"]), re.compile(str(raw["regex"]), re.IGNORECASE))
+            for raw in stage_doc.get("stated", [])
+        ),
     )
 
 
