@@ -1492,3 +1492,85 @@ def test_pytorch_private_pool_clause_is_not_read_as_the_stage(tmp_path: Path) ->
     )
     d = diagnose(_write(tmp_path, "vllm.log", line + "\n"))
     assert not any("says where it happened" in e.text for e in d.evidence)
+
+
+def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it(tmp_path: Path) -> None:
+    log = _write(
+        tmp_path,
+        "vllm.log",
+        '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 6537, in _allocate_kv_cache_tensors\n'
+        "    tensor = torch.zeros(\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.94 GiB. GPU 0 has a total capacity "
+        "of 79.19 GiB of which 2.56 GiB is free. Of the allocated memory 70.35 GiB is allocated by PyTorch, "
+        "and 121.80 MiB is reserved by PyTorch but unallocated.\n",
+    )
+    d = diagnose(log)
+    assert d.stage == "kv_allocation"
+    new_u = float(d.remediation.flag_changes["--gpu-memory-utilization"] or 0)
+    # 10.4 GiB short + 1 GiB margin of 79 GiB: at least 0.15 below the default 0.9
+    assert 0.1 <= new_u <= 0.75
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "ERROR [multiproc_executor.py:316] Worker proc VllmWorker-1 died unexpectedly (exit code: -9)\n",
+            "host_ram_oom_killed",
+        ),
+        ("vllm-1 exited with code 137\n", "host_ram_oom_killed"),
+        (
+            "subprocess.CalledProcessError: Command '['vllm', 'serve']' returned non-zero exit status 137.\n",
+            "host_ram_oom_killed",
+        ),
+        ("INFO 09-13 10:00:00 took 137 seconds, exit 0 at 2024-09-13\n", "unknown"),
+        (
+            "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: PytorchStreamReader failed reading zip archive: "
+            "failed finding central directory\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ERROR [serving_chat.py:198] ValueError: This model's maximum context length is 8192 tokens. "
+            "However, you requested 8203 tokens (7691 in the messages, 512 in the completion).\n",
+            "config_error_not_resource",
+        ),
+        (
+            "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"
+            '  File "/usr/lib/python3/dist-packages/vllm/distributed/device_communicators/pynccl.py", '
+            "line 99 in __init__\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        ("RuntimeError: Unsupported block size: 256\n", "config_error_not_resource"),
+        # a GPU guard is not a configuration error: its own signature (flash_attn.arch) names it
+        (
+            "RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        ("RuntimeError: Unsupported head size on this device: 72\n", "unknown"),
+        (
+            "(Worker pid=4) Loading safetensors checkpoint shards:  10% Completed | 6/62 "
+            "[00:29<05:21,  5.75s/it]\n",
+            "host_ram_oom_killed",
+        ),
+        (
+            "Loading safetensors checkpoint shards: 100% Completed | 62/62 [05:29<00:00,  5.75s/it]\n",
+            "unknown",
+        ),
+    ],
+)
+def test_round8_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+def test_a_log_that_stops_mid_load_is_not_a_host_oom_when_the_exit_status_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    log = _write(
+        tmp_path, "vllm.log", "Loading safetensors checkpoint shards:  10% Completed | 6/62 [00:29<05:21]\n"
+    )
+    assert diagnose(log, exit_code=-9).cause == "host_ram_oom_killed"
+    assert diagnose(log, exit_code=1).cause == "unknown"

@@ -388,7 +388,42 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
             )
         )
         c.stage = ctx.scan.stage if c.stage == "unknown" else c.stage
+
+    stopped = _stopped_while_loading(ctx.scan)
+    if stopped is not None and not any(c.hits for c in cands.values()) and ctx.exit_code in (None, -9, 137):
+        # The log's last line is weight-loading progress and nothing failed: Python never got to print an
+        # error, which is what a SIGKILL does; loading is when host RAM peaks (shards are read through it).
+        c = cand("host_ram_oom_killed")
+        c.confidence = max(c.confidence, SILENT_LOAD_DEATH_WEIGHT)
+        c.extra.append(
+            Evidence(
+                "log",
+                stopped[1][:300],
+                stopped[0],
+                "the log stops here, during weight loading, with no error: a process killed by SIGKILL "
+                "(the kernel or a container's OOM killer) prints nothing; check dmesg / the exit status",
+            )
+        )
+        c.stage = "load"
     return cands
+
+
+# The process was killed while loading weights: the log stops at a shard-progress line with no error.
+SILENT_LOAD_DEATH_WEIGHT = 0.45
+_SHARD_PROGRESS = re.compile(r"Loading (?:safetensors |pt )?checkpoint shards:\s*(\d+)%[^\n]*?(\d+)/(\d+)")
+
+
+def _stopped_while_loading(res: ScanResult) -> tuple[int, str] | None:
+    """The last line when it is unfinished checkpoint-shard progress (vLLM's weight_utils.py tqdm bar,
+    transformers' 'Loading checkpoint shards'), else None."""
+    for no, text in reversed(res.tail):
+        if not text.strip() or re.fullmatch(r"\s*(\([^)]*\)\s*)?", text):
+            continue  # a blank line or a bare '(Worker pid=N)' prefix before the bar
+        m = _SHARD_PROGRESS.search(text)
+        if m and int(m.group(2)) < int(m.group(3)):
+            return no, text.strip()
+        return None
+    return None
 
 
 def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
@@ -890,7 +925,24 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         else:
             kv_auto = str(ctx.arg("kv_cache_dtype") or "auto") == "auto"
             mml = ctx.num("max_model_len")
-            if util is None or util < 0.95:
+            oom = next((_torch_oom_facts(h.text) for h in top.hits if h.signature.cause == "oom"), None)
+            if oom is not None:
+                # CUDA ran out of memory while the KV tensors were allocated: the budget vLLM computed
+                # from its profile was more than was really free then, so the budget must come down.
+                base = util or 0.9
+                short = max(0.0, oom.get("tried", 0.0) - oom.get("free", 0.0))  # MiB
+                total = oom.get("total") or ctx.gpu_total_mib
+                step = max(0.05, math.ceil((short + 1024) / total * 100) / 100) if total else 0.05
+                new_u = max(0.1, round(base - step, 2))
+                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
+                summary = (
+                    "CUDA ran out of memory while vLLM allocated the KV cache tensors: the budget it "
+                    f"computed (gpu_memory_utilization={base:g}) was more than was free at that moment "
+                    "(memory taken after profiling by another process, non-PyTorch allocations, or "
+                    "shared/unified memory the driver counts differently)."
+                    f" Lower --gpu-memory-utilization to {new_u:.2f}."
+                )
+            elif util is None or util < 0.95:
                 new_u = min(0.95, round((util or 0.9) + 0.05, 2))
                 flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
                 summary += f" Raise --gpu-memory-utilization to {new_u:.2f} if nothing else uses the GPU."
