@@ -210,7 +210,11 @@ def test_ansi_colours_inside_the_message_are_removed_before_numbers_are_read(tmp
             "oom_sampler_warmup_or_profile_run",
             "memory_profiling",
         ),
-        ("INFO [gpu_worker.py:1] Available KV cache memory: 12.5 GiB", "no_kv_cache_memory", "kv_allocation"),
+        (
+            "INFO [gpu_worker.py:1] Available KV cache memory: 12.5 GiB",
+            "startup_free_memory_below_target",
+            "kv_allocation",
+        ),
         (
             "INFO [gpu_model_runner.py:1] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 10%",
             "oom_cudagraph_capture",
@@ -1574,3 +1578,85 @@ def test_a_log_that_stops_mid_load_is_not_a_host_oom_when_the_exit_status_says_o
     )
     assert diagnose(log, exit_code=-9).cause == "host_ram_oom_killed"
     assert diagnose(log, exit_code=1).cause == "unknown"
+
+
+# ------------------------------------------------------------------------------------- round 9
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
+            "cached files and it looks like THUDM/chatglm3-6b is not the path to a directory containing a "
+            "file named tokenization_chatglm.py.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "python: Error while finding module specification for 'vllm.entrypoints.openai_server' "
+            "(ModuleNotFoundError: No module named 'vllm.entrypoints')\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ImportError: cannot import name 'build_regex_from_schema' from 'outlines.fsm.json_schema'\n",
+            "config_error_not_resource",
+        ),
+        # a shared library that will not load is a build or driver problem, not a package version
+        ("ImportError: /x/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n", "unknown"),
+        (
+            "RuntimeError: unable to mmap 16933256392 bytes from file </root/model.safetensors>: Cannot "
+            "allocate memory (12)\n",
+            "host_ram_oom_killed",
+        ),
+        (
+            "Refer to the documentation on how to address the out of memory issue: "
+            "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.\n",
+            "host_ram_oom_killed",
+        ),
+    ],
+)
+def test_round9_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+def test_jupyter_frames_are_read_as_python_frames(tmp_path: Path) -> None:
+    text = (
+        "File [~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:64](http://h/lab/x#line=63)"
+        ", in CacheEngine._allocate_kv_cache(self, num_blocks, device)\n"
+        "---> 64         torch.empty(kv_cache_shape,\n"
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 642.00 MiB. GPU\n"
+    )
+    d = diagnose(_write(tmp_path, "nb.log", text))
+    assert d.stage == "kv_allocation"
+    # an OOM while the KV cache is allocated: less was free than the budget assumed
+    assert d.cause == "startup_free_memory_below_target"
+    assert "--gpu-memory-utilization" in d.remediation.flag_changes
+
+
+def test_weights_larger_than_the_card_make_a_stage_free_oom_a_load_oom(tmp_path: Path) -> None:
+    cmd = (
+        "CUDA_VISIBLE_DEVICES=0,1,2,3 python3 -m vllm.entrypoints.openai.api_server "
+        "--model /m/Qwen1.5-72B-Chat\n"
+    )
+    oom = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total "
+        "capacity of 79.15 GiB of which 752.31 MiB is free. Including non-PyTorch memory, this process has "
+        "78.4 GiB memory in use.\n"
+    )
+    d = diagnose(_write(tmp_path, "a.log", cmd + oom))
+    assert (d.cause, d.stage) == ("oom_weights_do_not_fit", "load")
+    assert d.remediation.flag_changes == {"--tensor-parallel-size": "2"}
+    # the same line for a model that fits the card keeps the stage-free reading
+    small = cmd.replace("Qwen1.5-72B-Chat", "Qwen1.5-7B-Chat")
+    assert diagnose(_write(tmp_path, "b.log", small + oom)).cause == "oom_runtime_under_load"
+    # and with tensor parallelism over four cards the 72B fits: no load verdict from the numbers
+    tp4 = cmd.replace("--model", "--tensor-parallel-size 4 --model")
+    assert diagnose(_write(tmp_path, "c.log", tp4 + oom)).cause != "oom_weights_do_not_fit"
+
+
+def test_serve_with_a_model_tag_and_a_different_model_option_is_named(tmp_path: Path) -> None:
+    tb = "Traceback (most recent call last):\n"
+    text = "$ vllm serve llava1.5-7b --model /mnt/models/ --tensor-parallel-size 2\n" + tb
+    d = diagnose(_write(tmp_path, "x.log", text))
+    assert d.cause == "config_error_not_resource"
+    assert any("replaces --model" in (e.detail or "") for e in d.evidence)
+    same = "$ vllm serve /mnt/models/ --model /mnt/models --tensor-parallel-size 2\n" + tb
+    assert diagnose(_write(tmp_path, "y.log", same)).cause == "unknown"

@@ -294,7 +294,9 @@ def _graphs_were_captured(text: str) -> bool:
 def _other_process_mib(facts: dict[str, float]) -> float | None:
     """Memory held by other processes according to a PyTorch OOM message (None if it doesn't say)."""
     if "listed_processes" not in facts or "this_process" not in facts:
-        # without "this process has", a listed process may be this one (pid namespaces differ in containers)
+        # without "this process has", a listed process may be this one (pid namespaces differ in
+        # containers), and the others may be sibling ranks' CUDA contexts on device 0 (TensorRT-LLM,
+        # torch.distributed), so the line does not say that another job held the card
         return None
     own = facts.get("this_process", 0.0)
     others = facts["listed_processes"] - own
@@ -310,6 +312,7 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
             cands[cause] = _Candidate(cause, 0.0)
         return cands[cause]
 
+    weighed: set[int] = set()
     for hit in ctx.scan.hits:
         sig = hit.signature
         # a message that belongs to one stage (vLLM raises it there) names the stage itself
@@ -343,6 +346,16 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 weight = min(weight, STAGELESS_OOM_WEIGHT)
                 for alt, w in STAGELESS_OOM_ALTERNATIVES:
                     cand(alt).add_hit(hit, w, stage)
+            if stage in ("unknown", "load") and hit.line_no not in weighed:
+                weighed.add(hit.line_no)
+                over = _weights_exceed_card(ctx, facts)
+                if over is not None:
+                    # the model's weights alone are larger than the card: the OOM was at load,
+                    # whatever else held memory (vLLM's accounting: weights come first)
+                    c = cand("oom_weights_do_not_fit")
+                    c.add_hit(hit, WEIGHTS_EXCEED_CARD_WEIGHT, "load")
+                    c.stage = "load"
+                    c.extra.append(Evidence("log", over, hit.line_no, "tuner/triage_weights.py"))
             others = _other_process_mib(facts)
             total = facts.get("total") or ctx.gpu_total_mib
             if others is not None and total and others >= 0.2 * total and stage in EARLY_STAGES:
@@ -389,6 +402,23 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         )
         c.stage = ctx.scan.stage if c.stage == "unknown" else c.stage
 
+    tag, option = ctx.scan.args.get("model_tag"), ctx.scan.args.get("model_option")
+    if isinstance(tag, str) and isinstance(option, str) and tag.rstrip("/") != option.rstrip("/"):
+        # `vllm serve A --model B`: the positional model tag replaces --model (vllm/entrypoints/cli/
+        # serve.py: args.model = args.model_tag, 0.5 .. 0.32), so B is ignored and A is loaded
+        c = cand("config_error_not_resource")
+        c.confidence = max(c.confidence, MODEL_TAG_CONFLICT_WEIGHT)
+        c.extra.append(
+            Evidence(
+                "log",
+                f"vllm serve {tag} ... --model {option}",
+                None,
+                f"the positional model '{tag}' replaces --model '{option}' (vllm/entrypoints/cli/serve.py): "
+                f"vLLM loads '{tag}'; give the model once, as the positional argument",
+            )
+        )
+        c.stage = "load" if c.stage == "unknown" else c.stage
+
     stopped = _stopped_while_loading(ctx.scan)
     if stopped is not None and not any(c.hits for c in cands.values()) and ctx.exit_code in (None, -9, 137):
         # The log's last line is weight-loading progress and nothing failed: Python never got to print an
@@ -410,6 +440,8 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
 
 # The process was killed while loading weights: the log stops at a shard-progress line with no error.
 SILENT_LOAD_DEATH_WEIGHT = 0.45
+# `vllm serve A --model B` with A != B: B is ignored (weak: a model that loads is no failure by itself).
+MODEL_TAG_CONFLICT_WEIGHT = 0.5
 _SHARD_PROGRESS = re.compile(r"Loading (?:safetensors |pt )?checkpoint shards:\s*(\d+)%[^\n]*?(\d+)/(\d+)")
 
 
@@ -434,6 +466,40 @@ def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
 
 
 _PRIVATE_POOLS = re.compile(r"allocated in private pools \(e\.g\., CUDA Graphs\)")
+
+
+WEIGHTS_EXCEED_CARD_WEIGHT = 0.8
+
+
+def _weights_exceed_card(ctx: _Context, facts: dict[str, float]) -> str | None:
+    """A sentence when the weights of the model the run loaded (per GPU, at its tensor-parallel size) are
+    more than the whole card the OOM message names; None when unknown or when they fit."""
+    from tuner.triage_weights import model_name, model_weights
+
+    total_mib = facts.get("total") or ctx.gpu_total_mib
+    name = model_name(ctx.argv, ctx.scan.args, ctx.plan)
+    if not total_mib or not name:
+        return None
+    try:
+        mw = model_weights(name, ctx.env, ctx.arg("dtype"), ctx.arg("quantization"))
+    except Exception:  # a model folder that cannot be read here
+        return None
+    if mw is None:
+        return None
+    tp = int(ctx.num("tensor_parallel_size") or 1) * int(ctx.num("pipeline_parallel_size") or 1)
+    per_gpu_gib = mw.total_bytes / max(1, tp) / 2**30
+    total_gib = total_mib / 1024
+    if per_gpu_gib <= total_gib:
+        return None
+    return (
+        f"the weights of {name} take about {per_gpu_gib:.1f} GiB per GPU ({mw.how}; "
+        f"tensor_parallel_size={tp}), more than the {total_gib:.1f} GiB card"
+    )
+
+
+def _first_oom_facts(top: _Candidate) -> dict[str, float] | None:
+    """The numbers of the first CUDA OOM message among a diagnosis's evidence (None when none is one)."""
+    return next((_torch_oom_facts(h.text) for h in top.hits if h.signature.cause == "oom"), None)
 
 
 def _stated_stage(pb: Playbook, text: str) -> str | None:
@@ -605,10 +671,14 @@ def _visible_gpus(ctx: _Context, dev: dict[str, Any]) -> tuple[int | None, str]:
     elif ctx.telemetry and ctx.telemetry.gpus:
         n, src = float(ctx.telemetry.gpus), "telemetry"
     visible = ctx.env.get("CUDA_VISIBLE_DEVICES")
+    where = "CUDA_VISIBLE_DEVICES in command.json"
+    if visible is None and isinstance(ctx.scan.args.get("CUDA_VISIBLE_DEVICES"), str):
+        visible = ctx.scan.args["CUDA_VISIBLE_DEVICES"]
+        where = "CUDA_VISIBLE_DEVICES on the logged command line"
     if visible is not None:
         listed = len([v for v in visible.split(",") if v.strip()])
         if n is None or listed < n:
-            n, src = float(listed), "CUDA_VISIBLE_DEVICES in command.json"
+            n, src = float(listed), where
     if n is None:
         world = ctx.scan.args.get("world_size")
         index = None
@@ -925,24 +995,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         else:
             kv_auto = str(ctx.arg("kv_cache_dtype") or "auto") == "auto"
             mml = ctx.num("max_model_len")
-            oom = next((_torch_oom_facts(h.text) for h in top.hits if h.signature.cause == "oom"), None)
-            if oom is not None:
-                # CUDA ran out of memory while the KV tensors were allocated: the budget vLLM computed
-                # from its profile was more than was really free then, so the budget must come down.
-                base = util or 0.9
-                short = max(0.0, oom.get("tried", 0.0) - oom.get("free", 0.0))  # MiB
-                total = oom.get("total") or ctx.gpu_total_mib
-                step = max(0.05, math.ceil((short + 1024) / total * 100) / 100) if total else 0.05
-                new_u = max(0.1, round(base - step, 2))
-                flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
-                summary = (
-                    "CUDA ran out of memory while vLLM allocated the KV cache tensors: the budget it "
-                    f"computed (gpu_memory_utilization={base:g}) was more than was free at that moment "
-                    "(memory taken after profiling by another process, non-PyTorch allocations, or "
-                    "shared/unified memory the driver counts differently)."
-                    f" Lower --gpu-memory-utilization to {new_u:.2f}."
-                )
-            elif util is None or util < 0.95:
+            if util is None or util < 0.95:
                 new_u = min(0.95, round((util or 0.9) + 0.05, 2))
                 flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
                 summary += f" Raise --gpu-memory-utilization to {new_u:.2f} if nothing else uses the GPU."
@@ -1003,6 +1056,21 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             if fit_u is not None:
                 flags["--gpu-memory-utilization"] = f"{fit_u:.2f}"
                 summary += f" --gpu-memory-utilization {fit_u:.2f} fits what is free."
+        elif "others_mib" not in g and (oom := _first_oom_facts(top)) is not None:
+            # CUDA ran out of memory while the KV tensors were allocated: the budget vLLM computed from
+            # its profile was more than was really free then, so the budget must come down.
+            base = util or 0.9
+            short = max(0.0, oom.get("tried", 0.0) - oom.get("free", 0.0))  # MiB
+            total_m = oom.get("total") or ctx.gpu_total_mib
+            step = max(0.05, math.ceil((short + 1024) / total_m * 100) / 100) if total_m else 0.05
+            new_u = max(0.1, round(base - step, 2))
+            flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
+            summary = (
+                "CUDA ran out of memory while vLLM allocated the KV cache: the budget it computed "
+                f"(gpu_memory_utilization={base:g}) was more than was free at that moment (memory taken "
+                "after profiling by another process, non-PyTorch allocations, or shared/unified memory "
+                f"the driver counts differently). Lower --gpu-memory-utilization to {new_u:.2f}."
+            )
         elif "others_mib" in g and "total_mib" in g:
             others, total_mib = float(g["others_mib"]), float(g["total_mib"])
             summary = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,8 @@ LANDMARK_ANCHORS: tuple[str, ...] = (
 
 # Lines that describe the configuration (current argument values, vLLM version, device).
 INFO_NEEDLES: tuple[str, ...] = (
+    "vllm serve ",
+    "vllm.entrypoints.",
     "non-default args:",
     "args: Namespace(",
     "with config:",
@@ -290,12 +293,26 @@ def trigger_of(needle: str, landmark: bool = False) -> str:
     return low
 
 
+# IPython / Jupyter print a frame as 'File ~/x/y.py:64, in Cls.meth(self, a)' (Jupyter Lab wraps the
+# path in a markdown link '[~/x/y.py:64](http://...)'); rewritten as Python's own frame line so that frame
+# landmarks and the structural rules read notebook tracebacks too.
+_IPY_FRAME = re.compile(
+    r"^(?P<indent>\s*)File \[?(?P<path>[^\s\]\[]+?):(?P<line>\d+)\]?(?:\([^)\s]*\))?, in "
+    r"(?:[\w<>]+\.)*(?P<func>[\w<>]+)\(.*$"
+)
+
+
 def clean_line(raw: bytes) -> str:
     """Decode one log line, drop ANSI colours and carriage-return progress bars' earlier frames."""
     text = raw[: MAX_LINE * 2].decode("utf-8", "replace")
     if "\x1b" in text:
         text = ANSI.sub("", text)
-    return text.rstrip("\r\n")
+    text = text.rstrip("\r\n")
+    if text.lstrip().startswith("File ") and 'File "' not in text:
+        m = _IPY_FRAME.match(text)
+        if m:
+            text = f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {m["func"]}'
+    return text
 
 
 class _Matcher:
@@ -363,6 +380,57 @@ def _parse_args_line(text: str, into: dict[str, Any]) -> None:
                 into[key] = ast.literal_eval(val)
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 into[key] = val.strip("'\"")
+
+
+_SHORT_FLAGS = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-q": "quantization"}
+_CMD_START = re.compile(r"(?:^|[\s$#>])((?:\S*python3?\S*\s+-m\s+)?vllm(?:\s+serve\b|\.entrypoints\.\S+).*)$")
+
+
+def _parse_command_line(text: str, into: dict[str, Any]) -> bool:
+    """Argument values from a vLLM command line that a log or a pasted report holds ('vllm serve M
+    --tensor-parallel-size 2', 'python -m vllm.entrypoints.openai.api_server --model M ...'). Values
+    vLLM itself logs later (non-default args, the engine config) take precedence."""
+    m = _CMD_START.search(text[:MAX_LINE])
+    if m is None:
+        return False
+    cmd = m.group(1)
+    env = re.search(r"\bCUDA_VISIBLE_DEVICES=([\d,]+)", text[: m.start(1)])
+    if env:
+        into.setdefault("CUDA_VISIBLE_DEVICES", env.group(1))
+    try:
+        toks = shlex.split(cmd, comments=False)
+    except ValueError:
+        toks = cmd.split()
+    found: dict[str, Any] = {}
+    for i, tok in enumerate(toks):
+        if tok == "serve" and i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+            found.setdefault("model", toks[i + 1])
+            found.setdefault("model_tag", toks[i + 1])
+            continue
+        if tok in _SHORT_FLAGS and i + 1 < len(toks):
+            found.setdefault(_SHORT_FLAGS[tok], toks[i + 1])
+            continue
+        if not tok.startswith("--") or len(tok) < 4:
+            continue
+        key, eq, val = tok[2:].partition("=")
+        key = key.replace("-", "_")
+        if key == "model":
+            key = "model_option" if "model_tag" in found else key
+        if eq:
+            found.setdefault(key, val)
+        elif i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+            found.setdefault(key, toks[i + 1])
+        else:
+            found.setdefault(key, True)
+    found.pop("help", None)
+    for key, raw in found.items():
+        if isinstance(raw, str) and re.fullmatch(r"-?\d+", raw):
+            into.setdefault(key, int(raw))
+        elif isinstance(raw, str) and re.fullmatch(r"-?\d+\.\d+", raw):
+            into.setdefault(key, float(raw))
+        else:
+            into.setdefault(key, raw)
+    return bool(found)
 
 
 def scan(stream: BinaryIO, kind: str = "log", pb: Playbook | None = None) -> ScanResult:
@@ -590,6 +658,8 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
     if needle in ("cpu_worker.py", "cpu_model_runner.py"):
         res.cpu_backend = True
         return True
+    if needle in ("vllm serve ", "vllm.entrypoints."):
+        return _parse_command_line(text, res.args)
     if "device_config=cpu" in text:
         res.cpu_backend = True
     if res.vllm_version is None:
