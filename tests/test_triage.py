@@ -1660,3 +1660,30 @@ def test_serve_with_a_model_tag_and_a_different_model_option_is_named(tmp_path: 
     assert any("replaces --model" in (e.detail or "") for e in d.evidence)
     same = "$ vllm serve /mnt/models/ --model /mnt/models --tensor-parallel-size 2\n" + tb
     assert diagnose(_write(tmp_path, "y.log", same)).cause == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        # cudaGetErrorString texts (CUDA runtime driver_types.h), as PyTorch prints them
+        ("invalid device function", "arch_no_kernel_image"),
+        ("uncorrectable NVLink error detected during the execution", "gpu_hardware_fault"),
+        ("no CUDA-capable device is detected", "config_error_not_resource"),
+        ("CUDA-capable device(s) is/are busy or unavailable", "config_error_not_resource"),
+        ("uncorrectable ECC error encountered", "gpu_hardware_fault"),
+        ("no kernel image is available for execution on the device", "arch_no_kernel_image"),
+        ("misaligned address", "illegal_memory_access_software_bug"),
+        ("the launch timed out and was terminated", "unknown"),
+    ],
+)
+def test_cuda_runtime_error_strings(tmp_path: Path, error: str, cause: str) -> None:
+    d = diagnose(_write(tmp_path, "x.log", f"RuntimeError: CUDA error: {error}\n"))
+    assert d.cause == cause
+
+
+def test_no_nvidia_driver_is_a_driver_problem(tmp_path: Path) -> None:
+    text = (
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+        "installed a driver from http://www.nvidia.com/Download/index.aspx\n"
+    )
+    assert diagnose(_write(tmp_path, "x.log", text)).cause == "cuda_driver_runtime_mismatch"
