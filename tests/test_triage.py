@@ -1687,3 +1687,40 @@ def test_no_nvidia_driver_is_a_driver_problem(tmp_path: Path) -> None:
         "installed a driver from http://www.nvidia.com/Download/index.aspx\n"
     )
     assert diagnose(_write(tmp_path, "x.log", text)).cause == "cuda_driver_runtime_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "CUDA runtime error: out of memory /opt/lmdeploy/src/turbomind/utils/allocator.h:231\n",
+            "oom_runtime_under_load",
+        ),
+        (
+            "400 As of transformers v4.44, default chat template is no longer allowed, so you must provide a "
+            "chat template if the tokenizer does not define one.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "TRL CLI: error: argument command: invalid choice: 'vllm-serve' (choose from 'chat', 'dpo')\n",
+            "config_error_not_resource",
+        ),
+        ("vllm serve: error: unrecognized arguments: --max-modle-len 4096\n", "config_error_not_resource"),
+        (
+            "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'worker_extension_cls'\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that "
+            "can be stored in KV cache (\n",
+            "kv_cache_too_small_for_max_model_len",
+        ),
+        (
+            "(VllmWorkerProcess pid=6) ERROR multiproc_worker_utils.py:226] Exception in worker "
+            "VllmWorkerProcess while processing method load_model: CUDA out of memory. Tried to allocate 32.00 MiB.\n",
+            "oom_weights_do_not_fit",
+        ),
+    ],
+)
+def test_round10_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
