@@ -1717,7 +1717,8 @@ def test_no_nvidia_driver_is_a_driver_problem(tmp_path: Path) -> None:
         ),
         (
             "(VllmWorkerProcess pid=6) ERROR multiproc_worker_utils.py:226] Exception in worker "
-            "VllmWorkerProcess while processing method load_model: CUDA out of memory. Tried to allocate 32.00 MiB.\n",
+            "VllmWorkerProcess while processing method load_model: CUDA out of memory. "
+            "Tried to allocate 32.00 MiB.\n",
             "oom_weights_do_not_fit",
         ),
     ],
