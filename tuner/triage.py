@@ -52,6 +52,12 @@ MIN_CONFIDENCE = 0.3
 # A CUDA OOM with no stage landmark before or after it: the label stays "runtime" (the stage map's
 # default) but weakly, with the start-up labels as alternatives.
 STAGELESS_OOM_WEIGHT = 0.6
+# A stage-free OOM whose model is larger per GPU than the whole card: a load OOM.
+WEIGHTS_EXCEED_CARD_WEIGHT = 0.8
+# The process was killed while loading weights: the log stops at a shard-progress line with no error.
+SILENT_LOAD_DEATH_WEIGHT = 0.45
+# `vllm serve A --model B` with A != B: B is ignored (weak: a model that loads is no failure by itself).
+MODEL_TAG_CONFLICT_WEIGHT = 0.5
 STAGELESS_OOM_ALTERNATIVES = (("oom_weights_do_not_fit", 0.45), ("oom_sampler_warmup_or_profile_run", 0.4))
 EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
 GPU_OOM_CAUSES = (
@@ -438,10 +444,6 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
     return cands
 
 
-# The process was killed while loading weights: the log stops at a shard-progress line with no error.
-SILENT_LOAD_DEATH_WEIGHT = 0.45
-# `vllm serve A --model B` with A != B: B is ignored (weak: a model that loads is no failure by itself).
-MODEL_TAG_CONFLICT_WEIGHT = 0.5
 _SHARD_PROGRESS = re.compile(r"Loading (?:safetensors |pt )?checkpoint shards:\s*(\d+)%[^\n]*?(\d+)/(\d+)")
 
 
@@ -466,9 +468,6 @@ def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
 
 
 _PRIVATE_POOLS = re.compile(r"allocated in private pools \(e\.g\., CUDA Graphs\)")
-
-
-WEIGHTS_EXCEED_CARD_WEIGHT = 0.8
 
 
 def _weights_exceed_card(ctx: _Context, facts: dict[str, float]) -> str | None:
@@ -1065,8 +1064,9 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             step = max(0.05, math.ceil((short + 1024) / total_m * 100) / 100) if total_m else 0.05
             new_u = max(0.1, round(base - step, 2))
             flags["--gpu-memory-utilization"] = f"{new_u:.2f}"
+            when = "while vLLM allocated the KV cache" if top.stage == "kv_allocation" else "at start-up"
             summary = (
-                "CUDA ran out of memory while vLLM allocated the KV cache: the budget it computed "
+                f"CUDA ran out of memory {when}: the budget vLLM computed "
                 f"(gpu_memory_utilization={base:g}) was more than was free at that moment (memory taken "
                 "after profiling by another process, non-PyTorch allocations, or shared/unified memory "
                 f"the driver counts differently). Lower --gpu-memory-utilization to {new_u:.2f}."

@@ -4,6 +4,12 @@ A log is read in 4 MiB binary chunks. A small set of trigger words (each signatu
 one of them, or is its own trigger) is searched with ``bytes.find``, which runs at memory speed; only
 the lines around a trigger are decoded and tested against the needles and regular expressions. Memory
 stays bounded: the current chunk, a few kept hits per signature, and the last lines of the log.
+Each distinct trigger word costs one ``bytes.find`` pass per chunk, so a new signature should be keyed on
+a word already in ANCHORS where its message allows.
+
+Besides failures, the scan reads what describes the run: vLLM's logged arguments and version, a vLLM
+command line pasted into the log (``vllm serve M -tp 2``), the GPU's name, and Python tracebacks,
+including IPython/Jupyter frames, which are rewritten as Python's own frame lines.
 """
 
 from __future__ import annotations
