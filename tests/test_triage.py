@@ -1725,3 +1725,19 @@ def test_no_nvidia_driver_is_a_driver_problem(tmp_path: Path) -> None:
 )
 def test_round10_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
+    from tuner.triage_scan import _parse_command_line
+
+    args: dict[str, object] = {}
+    assert not _parse_command_line("usage: vllm serve [model_tag] [options]", args)
+    assert _parse_command_line(
+        "$ vllm serve Qwen/Qwen2-72B-Instruct-GPTQ-Int4 -tp 2 --max-model-len=8192", args
+    )
+    assert args == {
+        "model": "Qwen/Qwen2-72B-Instruct-GPTQ-Int4",
+        "model_tag": "Qwen/Qwen2-72B-Instruct-GPTQ-Int4",
+        "tensor_parallel_size": 2,
+        "max_model_len": 8192,
+    }

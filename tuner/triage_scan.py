@@ -397,8 +397,8 @@ def _parse_command_line(text: str, into: dict[str, Any]) -> bool:
     --tensor-parallel-size 2', 'python -m vllm.entrypoints.openai.api_server --model M ...'). Values
     vLLM itself logs later (non-default args, the engine config) take precedence."""
     m = _CMD_START.search(text[:MAX_LINE])
-    if m is None:
-        return False
+    if m is None or "usage:" in text[: m.start(1)].lower():
+        return False  # argparse's 'usage: vllm serve [model_tag] [options]' describes, it does not run
     cmd = m.group(1)
     env = re.search(r"\bCUDA_VISIBLE_DEVICES=([\d,]+)", text[: m.start(1)])
     if env:
@@ -409,7 +409,7 @@ def _parse_command_line(text: str, into: dict[str, Any]) -> bool:
         toks = cmd.split()
     found: dict[str, Any] = {}
     for i, tok in enumerate(toks):
-        if tok == "serve" and i + 1 < len(toks) and not toks[i + 1].startswith("-"):
+        if tok == "serve" and i + 1 < len(toks) and not toks[i + 1].startswith(("-", "[", "<", "{")):
             found.setdefault("model", toks[i + 1])
             found.setdefault("model_tag", toks[i + 1])
             continue
