@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuner import triage
+from tuner.rundir import TELEMETRY_COLUMNS
 from tuner.triage import apply_flag_changes, diagnose, round_down_len
 from tuner.triage_inputs import read_telemetry
 from tuner.triage_scan import ANCHORS, STAGES, playbook, scan, trigger_of
@@ -311,22 +312,7 @@ def test_no_kv_memory_while_another_process_holds_the_gpu_is_startup_free_memory
         w.writerow(["2", "0", "300", "VLLM::EngineCore", "15000"])
     with (run / "telemetry.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(
-            [
-                "time",
-                "gpu",
-                "mem_used_mib",
-                "mem_total_mib",
-                "util_gpu",
-                "util_mem",
-                "power_w",
-                "temp_c",
-                "sm_clock_mhz",
-                "throttle",
-                "pcie_tx_kbs",
-                "pcie_rx_kbs",
-            ]
-        )
+        w.writerow(TELEMETRY_COLUMNS)
         w.writerow(["1", "0", "61000", "81559", "0", "0", "80", "40", "345", "0", "0", "0"])
         w.writerow(["2", "0", "76000", "81559", "30", "5", "200", "45", "1980", "0", "0", "0"])
     d = diagnose(run)
@@ -1564,26 +1550,35 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
             "Loading safetensors checkpoint shards: 100% Completed | 62/62 [05:29<00:00,  5.75s/it]\n",
             "unknown",
         ),
-    ],
-)
-def test_round8_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
-    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
-
-
-def test_a_log_that_stops_mid_load_is_not_a_host_oom_when_the_exit_status_says_otherwise(
-    tmp_path: Path,
-) -> None:
-    log = _write(
-        tmp_path, "vllm.log", "Loading safetensors checkpoint shards:  10% Completed | 6/62 [00:29<05:21]\n"
-    )
-    assert diagnose(log, exit_code=-9).cause == "host_ram_oom_killed"
-    assert diagnose(log, exit_code=1).cause == "unknown"
-
-
-# ------------------------------------------------------------------------------------- round 9
-@pytest.mark.parametrize(
-    ("text", "cause"),
-    [
+        (
+            "CUDA runtime error: out of memory /opt/lmdeploy/src/turbomind/utils/allocator.h:231\n",
+            "oom_runtime_under_load",
+        ),
+        (
+            "400 As of transformers v4.44, default chat template is no longer allowed, so you must provide a "
+            "chat template if the tokenizer does not define one.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "TRL CLI: error: argument command: invalid choice: 'vllm-serve' (choose from 'chat', 'dpo')\n",
+            "config_error_not_resource",
+        ),
+        ("vllm serve: error: unrecognized arguments: --max-modle-len 4096\n", "config_error_not_resource"),
+        (
+            "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'worker_extension_cls'\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that "
+            "can be stored in KV cache (\n",
+            "kv_cache_too_small_for_max_model_len",
+        ),
+        (
+            "(VllmWorkerProcess pid=6) ERROR multiproc_worker_utils.py:226] Exception in worker "
+            "VllmWorkerProcess while processing method load_model: CUDA out of memory. "
+            "Tried to allocate 32.00 MiB.\n",
+            "oom_weights_do_not_fit",
+        ),
         (
             "We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
             "cached files and it looks like THUDM/chatglm3-6b is not the path to a directory containing a "
@@ -1613,10 +1608,21 @@ def test_a_log_that_stops_mid_load_is_not_a_host_oom_when_the_exit_status_says_o
         ),
     ],
 )
-def test_round9_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_8_to_10(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
+def test_a_log_that_stops_mid_load_is_not_a_host_oom_when_the_exit_status_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    log = _write(
+        tmp_path, "vllm.log", "Loading safetensors checkpoint shards:  10% Completed | 6/62 [00:29<05:21]\n"
+    )
+    assert diagnose(log, exit_code=-9).cause == "host_ram_oom_killed"
+    assert diagnose(log, exit_code=1).cause == "unknown"
+
+
+# ------------------------------------------------------------------------------------- round 9
 def test_jupyter_frames_are_read_as_python_frames(tmp_path: Path) -> None:
     text = (
         "File [~/env/lib/python3.11/site-packages/vllm/worker/cache_engine.py:64](http://h/lab/x#line=63)"
@@ -1687,44 +1693,6 @@ def test_no_nvidia_driver_is_a_driver_problem(tmp_path: Path) -> None:
         "installed a driver from http://www.nvidia.com/Download/index.aspx\n"
     )
     assert diagnose(_write(tmp_path, "x.log", text)).cause == "cuda_driver_runtime_mismatch"
-
-
-@pytest.mark.parametrize(
-    ("text", "cause"),
-    [
-        (
-            "CUDA runtime error: out of memory /opt/lmdeploy/src/turbomind/utils/allocator.h:231\n",
-            "oom_runtime_under_load",
-        ),
-        (
-            "400 As of transformers v4.44, default chat template is no longer allowed, so you must provide a "
-            "chat template if the tokenizer does not define one.\n",
-            "config_error_not_resource",
-        ),
-        (
-            "TRL CLI: error: argument command: invalid choice: 'vllm-serve' (choose from 'chat', 'dpo')\n",
-            "config_error_not_resource",
-        ),
-        ("vllm serve: error: unrecognized arguments: --max-modle-len 4096\n", "config_error_not_resource"),
-        (
-            "TypeError: EngineArgs.__init__() got an unexpected keyword argument 'worker_extension_cls'\n",
-            "config_error_not_resource",
-        ),
-        (
-            "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that "
-            "can be stored in KV cache (\n",
-            "kv_cache_too_small_for_max_model_len",
-        ),
-        (
-            "(VllmWorkerProcess pid=6) ERROR multiproc_worker_utils.py:226] Exception in worker "
-            "VllmWorkerProcess while processing method load_model: CUDA out of memory. "
-            "Tried to allocate 32.00 MiB.\n",
-            "oom_weights_do_not_fit",
-        ),
-    ],
-)
-def test_round10_messages_from_their_sources(tmp_path: Path, text: str, cause: str) -> None:
-    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
 def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
