@@ -124,6 +124,7 @@ def accuracy() -> None:
     right: Counter[str] = Counter()
     times = []
     wrong = []
+    complete = [0, 0]  # logs that hold the software's own failure line (not `complete = false`)
     for toml in sorted(CORPUS.glob("*.toml")):
         meta = tomllib.loads(toml.read_text())
         log = toml.with_suffix(".log")
@@ -135,6 +136,9 @@ def accuracy() -> None:
         total[meta["label"]] += 1
         ok = d.cause == meta["label"]
         right[meta["label"]] += ok
+        if meta.get("complete", True):
+            complete[0] += ok
+            complete[1] += 1
         if not ok:
             wrong.append(f"{toml.stem}: {d.cause} (expected {meta['label']})")
     print(f"\naccuracy on {sum(total.values())} corpus cases (tests/corpus):")
@@ -143,6 +147,10 @@ def accuracy() -> None:
     print(
         f"  {'overall':40s} {sum(right.values()):3d}/{sum(total.values()):<3d} "
         f"= {sum(right.values()) / sum(total.values()):.1%}"
+    )
+    print(
+        f"  {'logs holding the failure line':40s} {complete[0]:3d}/{complete[1]:<3d} "
+        f"= {complete[0] / max(1, complete[1]):.1%}"
     )
     for w in wrong:
         print("  wrong:", w)

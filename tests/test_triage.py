@@ -1709,3 +1709,142 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
         "tensor_parallel_size": 2,
         "max_model_len": 8192,
     }
+
+
+# ------------------------------------------------------------------------------------- rounds 11-12
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        # verl shortens vLLM's free-memory check to its words, without the numbers
+        (
+            "vLLMAsyncRollout _loop_forever error: Free memory on device on startup is less than desired GPU "
+            "memory utilization (0.8)\n",
+            "startup_free_memory_below_target",
+        ),
+        # V0's block count, the line itself cut after the zero
+        ("INFO 10-14 21:40:24 llm_engine.py:205] # GPU blocks: 0,\n", "no_kv_cache_memory"),
+        ("INFO 10-14 21:40:24 llm_engine.py:205] # GPU blocks: 0, # CPU blocks: 512\n", "no_kv_cache_memory"),
+        (
+            "RuntimeError: Found Tesla P40 which is too old to be supported by the triton GPU compiler, "
+            "which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but your "
+            "device is of CUDA capability 6.1\n",
+            "arch_no_kernel_image",
+        ),
+        ("[rank0]: AssertionError: 32768 is not divisible by 3\n", "config_error_not_resource"),
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc "
+            "failed: out of memory\n",
+            "oom_runtime_under_load",
+        ),
+        (
+            'level=ERROR source=sched.go:455 msg="error loading llama server" error="llama runner process '
+            'has terminated: signal: killed"\n',
+            "host_ram_oom_killed",
+        ),
+        ("ValueError: The model's max seq len (32768)\n", "kv_cache_too_small_for_max_model_len"),
+        (
+            "ValueError: The requested device for vllm (cuda:1) is not available. You are likely using vLLM "
+            "without restricting the number of GPUs for training.\n",
+            "config_error_not_resource",
+        ),
+        (
+            '  File "/x/vllm/model_executor/models/llama.py", line 414, in load_weights\n'
+            "    param = params_dict[name]\n"
+            "KeyError: 'layers.62.mlp.down_proj.weight'\n",
+            "config_error_not_resource",
+        ),
+        (
+            '  File "/x/vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py", '
+            "line 626, in get_scheme\n"
+            "    self._check_scheme_supported(scheme.get_min_capability())\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # a person's Chinese words on the OOM line name the stage ('exception while loading ...')
+        (
+            "加载Baichuan2-13B-Chat时出异常，torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to "
+            "allocate 50.00 MiB. GPU\n",
+            "oom_weights_do_not_fit",
+        ),
+        # vLLM's platform probe logs the import it tried on every start: not a failure
+        (
+            "DEBUG 06-12 19:58:31 [__init__.py:45] TPU platform is not available because: No module named "
+            "'libtpu'\n",
+            "unknown",
+        ),
+        # a KeyError in a model's forward pass at run time names no checkpoint tensor
+        (
+            '  File "/x/vllm/model_executor/models/qwen2_vl.py", line 900, in forward\n'
+            "KeyError: 'pixel_values'\n",
+            "unknown",
+        ),
+    ],
+)
+def test_messages_read_in_their_sources_rounds_11_and_12(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+OLD_TORCH_OOM = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.63 GiB (GPU 0; 44.56 GiB total "
+    "capacity; {alloc} GiB already allocated; 565.31 MiB free; {reserved} GiB reserved in total by PyTorch)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        # torch <= 2.0: 27.93 GiB reserved by this process, 0.55 GiB free of 44.56: ~16 GiB is someone else's
+        (OLD_TORCH_OOM.format(alloc="27.91", reserved="27.93"), "startup_free_memory_below_target"),
+        # the same message when this process holds nearly all of the card
+        (OLD_TORCH_OOM.format(alloc="42.70", reserved="42.80"), "oom_runtime_under_load"),
+        # torch 2.1+: NVML found this process and listed no other, yet 20 GiB are used beyond it
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+            "capacity of 79.25 GiB of which 300.00 MiB is free. Including non-PyTorch memory, this process "
+            "has 58.90 GiB memory in use. Of the allocated memory 57.10 GiB is allocated by PyTorch, and "
+            "1.00 GiB is reserved by PyTorch but unallocated.\n",
+            "startup_free_memory_below_target",
+        ),
+        # NVML said 0 bytes for this process (a container, a VM): the remainder means nothing
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.88 GiB. GPU 0 has a total "
+            "capacity of 21.96 GiB of which 1.29 GiB is free. Including non-PyTorch memory, this process "
+            "has 0 bytes memory in use. Of the allocated memory 19.02 GiB is allocated by PyTorch, and "
+            "100.00 MiB is reserved by PyTorch but unallocated.\n",
+            "oom_runtime_under_load",
+        ),
+        # 1.6 GiB beyond this process on an 8 GiB card: a desktop session, not another job
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total "
+            "capacity of 7.75 GiB of which 1.17 GiB is free. Including non-PyTorch memory, this process has "
+            "5.02 GiB memory in use. Of the allocated memory 4.81 GiB is allocated by PyTorch, and 18.97 MiB "
+            "is reserved by PyTorch but unallocated.\n",
+            "oom_runtime_under_load",
+        ),
+    ],
+)
+def test_memory_the_oom_message_leaves_unaccounted_is_another_process(
+    tmp_path: Path, text: str, cause: str
+) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+def _kv_lines(values: dict[str, float]) -> str:
+    return "".join(
+        f"({who} pid={100 + i}) INFO 12-10 03:24:48 [gpu_worker.py:298] "
+        f"Available KV cache memory: {gib} GiB\n"
+        for i, (who, gib) in enumerate(values.items())
+    )
+
+
+def test_tensor_parallel_ranks_with_far_apart_kv_budgets_mean_another_process_on_one_gpu(
+    tmp_path: Path,
+) -> None:
+    d = diagnose(_write(tmp_path, "a.log", _kv_lines({"Worker_TP0": 9.90, "Worker_TP1": -3.86})))
+    assert d.cause == "startup_free_memory_below_target"
+    assert any("Worker_TP1" in e.text and "9.90" in e.text for e in d.evidence)
+    # equal ranks, one negative budget: the model is too big for the budget, nobody else is blamed
+    d = diagnose(_write(tmp_path, "b.log", _kv_lines({"Worker_TP0": -3.70, "Worker_TP1": -3.86})))
+    assert d.cause == "no_kv_cache_memory"
+    # pipeline stages hold different layers, so their budgets differ by design
+    d = diagnose(_write(tmp_path, "c.log", _kv_lines({"Worker_PP0_TP0": 9.90, "Worker_PP1_TP0": -3.86})))
+    assert d.cause == "no_kv_cache_memory"

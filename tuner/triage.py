@@ -275,6 +275,10 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
         "this_process": rf"this process has {size} memory in use",
         "tried": rf"Tried to allocate {size}",
         "reserved_unallocated": rf"and {size} is reserved by PyTorch but unallocated",
+        # torch 1.x .. 2.0: '(GPU 0; T total capacity; A already allocated; F free; R reserved in total by
+        # PyTorch)'
+        "reserved_total": rf"; {size} reserved in total by PyTorch",
+        "allocated_by_torch": rf"Of the allocated memory {size} is allocated by PyTorch",
     }
     for key, pat in pats.items():
         m = re.search(pat, text)
@@ -297,8 +301,31 @@ def _graphs_were_captured(text: str) -> bool:
     return "private pools" in text
 
 
+# What a process holds on the GPU outside PyTorch's caching allocator (CUDA context, cuBLAS and NCCL
+# workspaces), which torch 1.x .. 2.0's OOM message does not count: an allowance, not a measurement.
+NON_TORCH_ALLOWANCE_MIB = 1536.0
+# Below this, memory in use that no process accounts for is a desktop session or rounding, not a job.
+UNLISTED_OTHERS_FLOOR_MIB = 4096.0
+
+
 def _other_process_mib(facts: dict[str, float]) -> float | None:
     """Memory held by other processes according to a PyTorch OOM message (None if it doesn't say)."""
+    total, free = facts.get("total"), facts.get("free")
+    if "listed_processes" not in facts and total is not None and free is not None:
+        others: float | None = None
+        if "this_process" in facts:
+            # torch 2.1+: NVML found this process (so it would have listed the others it could see);
+            # what the card uses beyond this process is someone else's, listed or not. NVML reports
+            # 0 bytes for a process in some containers and VMs: a reading below what PyTorch itself
+            # allocated says nothing.
+            if facts["this_process"] >= facts.get("allocated_by_torch", 0.0) > 0.0:
+                others = total - free - facts["this_process"]
+        elif "reserved_total" in facts:
+            # torch 1.x .. 2.0 states only what PyTorch reserved: the rest of the used memory, less an
+            # allowance for this process's own CUDA context and library workspaces
+            others = total - free - facts["reserved_total"] - NON_TORCH_ALLOWANCE_MIB
+        if others is not None:
+            return others if others >= UNLISTED_OTHERS_FLOOR_MIB else 0.0
     if "listed_processes" not in facts or "this_process" not in facts:
         # without "this process has", a listed process may be this one (pid namespaces differ in
         # containers), and the others may be sibling ranks' CUDA contexts on device 0 (TensorRT-LLM,
@@ -548,25 +575,10 @@ def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
             None,
             "gpu-processes.csv",
         )
-        for cause in (
-            "no_kv_cache_memory",
-            "kv_cache_too_small_for_max_model_len",
-            "oom_weights_do_not_fit",
-            "oom_sampler_warmup_or_profile_run",
-        ):
-            if cause in cands and cands[cause].confidence >= 0.5:
-                src = cands[cause]
-                c = cands.setdefault(
-                    "startup_free_memory_below_target", _Candidate("startup_free_memory_below_target", 0.0)
-                )
-                c.confidence = max(c.confidence, min(0.9, src.confidence))
-                c.hits.extend(src.hits)
-                c.extra.append(ev)
-                c.first_line = min(c.first_line, src.first_line)
-                c.stage = src.stage
-                c.groups.setdefault("others_mib", f"{others:.0f}")
-                c.groups.setdefault("total_mib", f"{total:.0f}")
-                src.confidence *= 0.6
+        _blame_other_process(cands, ev, {"others_mib": f"{others:.0f}", "total_mib": f"{total:.0f}"})
+    uneven = _uneven_ranks(ctx)
+    if uneven is not None:
+        _blame_other_process(cands, uneven, {})
 
     if tel is not None:
         if tel.at_capacity(total):
@@ -587,6 +599,55 @@ def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
 
     ranked = sorted(cands.values(), key=lambda c: (-c.confidence, c.first_line))
     return [c for c in ranked if c.confidence > 0]
+
+
+def _blame_other_process(cands: dict[str, _Candidate], ev: Evidence, groups: dict[str, str]) -> None:
+    """Memory held by another process explains a KV-cache failure or an early OOM: name the start-up
+    free-memory problem, with the failure's own evidence, above the failure's usual cause."""
+    for cause in (
+        "no_kv_cache_memory",
+        "kv_cache_too_small_for_max_model_len",
+        "oom_weights_do_not_fit",
+        "oom_sampler_warmup_or_profile_run",
+    ):
+        if cause in cands and cands[cause].confidence >= 0.5:
+            src = cands[cause]
+            c = cands.setdefault(
+                "startup_free_memory_below_target", _Candidate("startup_free_memory_below_target", 0.0)
+            )
+            c.confidence = max(c.confidence, min(0.9, src.confidence))
+            c.hits.extend(src.hits)
+            c.extra.append(ev)
+            c.first_line = min(c.first_line, src.first_line)
+            c.stage = src.stage
+            for key, value in groups.items():
+                c.groups.setdefault(key, value)
+            src.confidence *= 0.6
+
+
+# Tensor-parallel ranks load equal shards of one model, so their KV budgets differ by little; a rank with
+# this much less (and under half of the best one's) had memory taken on its GPU by something else.
+UNEVEN_RANKS_GIB = 2.0
+
+
+def _uneven_ranks(ctx: _Context) -> Evidence | None:
+    """Evidence when the workers' 'Available KV cache memory' values are far apart (None otherwise, and
+    under pipeline parallelism, whose stages hold different layers)."""
+    kv = ctx.scan.kv_available
+    if len(kv) < 2 or any("PP" in name for name in kv) or (ctx.num("pipeline_parallel_size") or 1) > 1:
+        return None
+    low_name, low = min(kv.items(), key=lambda item: item[1])
+    high_name, high = max(kv.items(), key=lambda item: item[1])
+    if high - low < UNEVEN_RANKS_GIB or low >= 0.5 * high:
+        return None
+    return Evidence(
+        "log",
+        f"Available KV cache memory: {low_name} {low:.2f} GiB, {high_name} {high:.2f} GiB",
+        None,
+        "ranks of one model hold equal shards (vllm/v1/worker/gpu_worker.py determine_available_memory "
+        f"measures each GPU): {low:.2f} GiB against {high:.2f} GiB means another process held memory on "
+        f"{low_name}'s GPU (nvidia-smi on that GPU shows it)",
+    )
 
 
 def _tel_text(tel: TelemetrySummary, total: float | None) -> str:

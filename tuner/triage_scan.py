@@ -15,6 +15,7 @@ including IPython/Jupyter frames, which are rewritten as Python's own frame line
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import re
 import shlex
@@ -110,6 +111,7 @@ INFO_NEEDLES: tuple[str, ...] = (
     "sglang",
     "NVIDIA ",
     "world_size=",
+    "KV cache memory: ",
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
@@ -204,6 +206,9 @@ class ScanResult:
     recent_frames: list[tuple[int, str]] = field(default_factory=list)  # (line, file) of the last frames
     vllm_paths: bool = False  # a traceback frame or a logged path inside a vllm/ package
     gpu_name: str | None = None  # an 'NVIDIA <model>' device name in the log (nvidia-smi, torch, vLLM)
+    # 'Available KV cache memory: X GiB' as each worker logged it (vllm/v1/worker/gpu_worker.py), by the
+    # worker's log prefix ('Worker_TP1', 'VllmWorker rank=1'; 'main' without one): the first value each
+    kv_available: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -362,6 +367,9 @@ _GPU_NAME = re.compile(
     r"(?: (?:Ti|SUPER|Ada|Blackwell|\d+GB|NVL|PCIe|SXM\w*|HBM\w*))*"
 )
 _WORLD_SIZE = re.compile(r"\bworld_size=(\d+)")
+_KV_AVAILABLE = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+_WORKER_PREFIX = re.compile(r"\((\w+(?: rank=\d+)?) pid=\d+\)")
+MAX_KV_WORKERS = 64
 _CONFIG_KV = re.compile(r"\b(\w+)=([^,()\s]+)")
 
 
@@ -658,6 +666,13 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
         if m and res.gpu_name is None:
             res.gpu_name = m.group(0)
         return m is not None
+    if needle == "KV cache memory: ":
+        m = _KV_AVAILABLE.search(text)
+        if m:
+            prefixes = _WORKER_PREFIX.findall(text[: m.start()])
+            with contextlib.suppress(ValueError):  # '-.' and other digits-and-dots that are no number
+                res.kv_available.setdefault(prefixes[-1] if prefixes else "main", float(m.group(1)))
+        return len(res.kv_available) >= MAX_KV_WORKERS
     if needle == "world_size=":
         # vllm/distributed/parallel_state.py init_distributed_environment: 'world_size=%d rank=%d ...'
         m = _WORLD_SIZE.search(text)
