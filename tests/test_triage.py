@@ -1848,3 +1848,62 @@ def test_tensor_parallel_ranks_with_far_apart_kv_budgets_mean_another_process_on
     # pipeline stages hold different layers, so their budgets differ by design
     d = diagnose(_write(tmp_path, "c.log", _kv_lines({"Worker_PP0_TP0": 9.90, "Worker_PP1_TP0": -3.86})))
     assert d.cause == "no_kv_cache_memory"
+
+
+# ------------------------------------------------------------------------------------- round 13
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "[nvidia-smi(stdout)] Failed to initialize NVML: Driver/library version mismatch\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        # V0 pins --swap-space GiB per GPU for its CPU blocks; cudaHostAlloc refuses with 'invalid argument'
+        (
+            '  File "/x/vllm/worker/cache_engine.py", line 66, in __init__\n'
+            '    self.cpu_cache = self._allocate_kv_cache(self.num_cpu_blocks, "cpu")\n'
+            '  File "/x/vllm/worker/cache_engine.py", line 83, in _allocate_kv_cache\n'
+            "    layer_kv_cache = torch.zeros(kv_cache_shape,\n"
+            "RuntimeError: CUDA error: invalid argument\n",
+            "host_pinned_memory_swap_space",
+        ),
+        # torch 2.1+ lists two processes (12.8 GiB), but 61 GiB of the 80 are used beyond this process:
+        # the rest belongs to processes NVML does not list (other containers)
+        (
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 234.00 MiB. GPU 0 has a "
+            "total capacty of 80 GiB of which 176.38 MiB is free. Process 4683 has 11.05 GiB memory in use. "
+            "Process 16753 has 1.71 GiB memory in use. Including non-PyTorch memory, this process has "
+            "18.80 GiB memory in use. Of the allocated memory 18.26 GiB is allocated by PyTorch, and "
+            "30.10 MiB is reserved by PyTorch but unallocated.\n",
+            "startup_free_memory_below_target",
+        ),
+    ],
+)
+def test_messages_read_in_their_sources_round_13(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+def test_sglang_weights_leave_no_kv_raises_the_static_fraction_above_its_own_floor(tmp_path: Path) -> None:
+    log = _write(
+        tmp_path,
+        "sglang.log",
+        "[2026-08-28 01:41:17] Load weight end. elapsed=0.60 s\n"
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7. "
+        "Raise --mem-fraction-static above 0.773 (minimum viable = 1 - available/pre = 0.7722).\n",
+    )
+    d = diagnose(log)
+    assert d.cause == "no_kv_cache_memory"
+    assert d.remediation.flag_changes == {"--mem-fraction-static": "0.80"}
+
+
+def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the_title(
+    tmp_path: Path,
+) -> None:
+    log = _write(
+        tmp_path,
+        "vllm.log",
+        "[Bug] OOM during graph capture at high `--gpu-memory-utilization`\n"
+        "INFO  [gpu_worker.py:642]  Available KV cache memory: 2.97 GiB\n"
+        "INFO  [model_runner.py]    Graph capturing finished in 1 secs, took 0.46 G\n",
+    )
+    assert diagnose(log).cause == "oom_cudagraph_capture"

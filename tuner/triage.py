@@ -311,21 +311,23 @@ UNLISTED_OTHERS_FLOOR_MIB = 4096.0
 def _other_process_mib(facts: dict[str, float]) -> float | None:
     """Memory held by other processes according to a PyTorch OOM message (None if it doesn't say)."""
     total, free = facts.get("total"), facts.get("free")
-    if "listed_processes" not in facts and total is not None and free is not None:
-        others: float | None = None
+    remainder: float | None = None
+    if total is not None and free is not None:
         if "this_process" in facts:
-            # torch 2.1+: NVML found this process (so it would have listed the others it could see);
-            # what the card uses beyond this process is someone else's, listed or not. NVML reports
-            # 0 bytes for a process in some containers and VMs: a reading below what PyTorch itself
-            # allocated says nothing.
+            # torch 2.1+: NVML found this process; what the card uses beyond it is someone else's,
+            # listed or not (processes of other containers are not listed). NVML reports 0 bytes for a
+            # process in some containers and VMs: a reading below what PyTorch itself allocated says
+            # nothing.
             if facts["this_process"] >= facts.get("allocated_by_torch", 0.0) > 0.0:
-                others = total - free - facts["this_process"]
-        elif "reserved_total" in facts:
+                remainder = total - free - facts["this_process"]
+        elif "reserved_total" in facts and "listed_processes" not in facts:
             # torch 1.x .. 2.0 states only what PyTorch reserved: the rest of the used memory, less an
             # allowance for this process's own CUDA context and library workspaces
-            others = total - free - facts["reserved_total"] - NON_TORCH_ALLOWANCE_MIB
-        if others is not None:
-            return others if others >= UNLISTED_OTHERS_FLOOR_MIB else 0.0
+            remainder = total - free - facts["reserved_total"] - NON_TORCH_ALLOWANCE_MIB
+    if remainder is not None and remainder >= UNLISTED_OTHERS_FLOOR_MIB:
+        return remainder
+    if "listed_processes" not in facts and remainder is not None:
+        return 0.0
     if "listed_processes" not in facts or "this_process" not in facts:
         # without "this process has", a listed process may be this one (pid namespaces differ in
         # containers), and the others may be sibling ranks' CUDA contexts on device 0 (TensorRT-LLM,
@@ -350,16 +352,17 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         sig = hit.signature
         # a message that belongs to one stage (vLLM raises it there) names the stage itself
         stage = sig.stage or hit.stage
-        if stage == "unknown":
-            stage = _stage_after(ctx.scan, hit.line_no)
         cause, weight = sig.cause, sig.weight
         if sig.id == "kernel.nvrm_xid":
             cause, weight = _xid_cause(pb, hit)
         stated = None
         if cause == "oom" and stage == "unknown":
+            # a person's words on the OOM line itself say more than the lines that follow it
             stated = _stated_stage(pb, hit.text)
             if stated is not None:
                 stage = stated
+        if stage == "unknown":
+            stage = _stage_after(ctx.scan, hit.line_no)
         if cause == "oom":
             cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
@@ -1391,15 +1394,20 @@ def _other_engine(
             {},
             [],
         )
-    if "sglang.not_enough_memory" in top.sig_ids:
+    if "sglang.not_enough_memory" in top.sig_ids or "sglang.weights_leave_no_kv" in top.sig_ids:
         cur = _f(g, "mem_fraction")
+        floor = _f(g, "suggested_fraction")  # SGLang's own minimum for these weights
         text = (
             f"{name} found no room for its KV pool after the weights: raise --mem-fraction-static"
             + (f" above {cur:g}" if cur else "")
             + " (a larger static share), or use a quantized model / more GPUs (--tp)."
         )
         fraction: dict[str, str | None] = {}
-        if cur and cur < 0.95:
+        if floor is not None and floor < 0.95:
+            # a little above SGLang's floor: the KV pool needs room of its own
+            fraction["--mem-fraction-static"] = f"{min(0.95, math.ceil((floor + 0.02) * 100) / 100):.2f}"
+            text += f" {name} computed the floor for these weights: {floor:g}."
+        elif cur and cur < 0.95:
             fraction["--mem-fraction-static"] = f"{min(0.95, cur + 0.05):.2f}"
         return text, fraction, {}, []
     if engine == "tgi" and top.cause == "oom_sampler_warmup_or_profile_run":
