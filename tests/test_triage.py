@@ -1858,6 +1858,13 @@ def test_tensor_parallel_ranks_with_far_apart_kv_budgets_mean_another_process_on
             "[nvidia-smi(stdout)] Failed to initialize NVML: Driver/library version mismatch\n",
             "cuda_driver_runtime_mismatch",
         ),
+        (
+            "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        ("Failed to initialize NVML: Driver Not Loaded\n", "cuda_driver_runtime_mismatch"),
+        ("pynvml.NVMLError_GPUIsLost: GPU is lost\n", "gpu_hardware_fault"),
+        ("pynvml.NVMLError_ResetRequired: GPU requires restart\n", "gpu_hardware_fault"),
         # V0 pins --swap-space GiB per GPU for its CPU blocks; cudaHostAlloc refuses with 'invalid argument'
         (
             '  File "/x/vllm/worker/cache_engine.py", line 66, in __init__\n'
@@ -1907,3 +1914,47 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
         "INFO  [model_runner.py]    Graph capturing finished in 1 secs, took 0.46 G\n",
     )
     assert diagnose(log).cause == "oom_cudagraph_capture"
+
+
+# ------------------------------------------------------------------------------------- round 14
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "[rank0]:E0701 14:28:21.083000 911603 torch/_inductor/runtime/triton_heuristics.py:539] "
+            "[0/0] ptxas /tmp/tmpmwke15zw.ptx, line 6; error   : PTX .version 8.4 does not support "
+            ".target sm_120a\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "RuntimeError: Assertion error (.../deepgemm-src/csrc/apis/hyperconnection.hpp:56): "
+            "Unsupported architecture\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "WARNING 09-16 13:18:12 [gpu_worker.py:208] cudaHostRegister failed for rank=0\n",
+            "host_pinned_memory_swap_space",
+        ),
+        (
+            "RuntimeError: weight model.layers.0.self_attn.q_proj.weight does not exist\n",
+            "config_error_not_resource",
+        ),
+        ("Error: Download process was signaled to shutdown with signal 7\n", "shm_insufficient"),
+        # a log copied out of a web page keeps its HTML entities
+        (
+            "<pre>ValueError: [address=0.0.0.0:33939, pid=69383] FP8 quantized models is only supported on "
+            "GPUs with compute capability &gt;= 8.9 (e.g 4090/H100), actual = `8.6`\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # retyped by a user (a typo, curly quotes): vLLM's numbers still read
+        (
+            "The model’s max sew len (32768) is larger than the maximum number of tokens that can be stored "
+            "in KV cache (18896). Try increasing ‘gpu_memory_utilization’\n",
+            "kv_cache_too_small_for_max_model_len",
+        ),
+        # a process that ends with signal 70 or a SIGBUS-free supervisor line is not a /dev/shm problem
+        ("worker exited with signal 70\n", "unknown"),
+    ],
+)
+def test_messages_read_in_their_sources_round_14(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import html
 import re
 import shlex
 from collections.abc import Iterable
@@ -313,12 +314,18 @@ _IPY_FRAME = re.compile(
 )
 
 
+_HTML_ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#\d{2,3});")
+
+
 def clean_line(raw: bytes) -> str:
     """Decode one log line, drop ANSI colours and carriage-return progress bars' earlier frames."""
     text = raw[: MAX_LINE * 2].decode("utf-8", "replace")
     if "\x1b" in text:
         text = ANSI.sub("", text)
     text = text.rstrip("\r\n")
+    if "&" in text and _HTML_ENTITY.search(text):
+        # a log copied out of a web page (an issue's HTML, a dashboard): '&gt;=', '&quot;', '&#39;'
+        text = html.unescape(text)
     if text.lstrip().startswith("File ") and 'File "' not in text:
         m = _IPY_FRAME.match(text)
         if m:
