@@ -1958,3 +1958,35 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
 )
 def test_messages_read_in_their_sources_round_14(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+# ------------------------------------------------------------------------------------- round 15
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "stderr: nvidia-container-cli: initialization error: nvml error: driver/library version "
+            "mismatch: unknown\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "[ 7386.259769] NVRM: API mismatch: the client has the version 515.48.07, but\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "[rank1]:[F ProcessGroupNCCL.cpp:1169] [PG 2 Rank 1] ProcessGroupNCCL's watchdog got stuck for "
+            "600 seconds without making progress in monitoring enqueued collectives.\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        ("RuntimeError: Failed to infer device type\n", "config_error_not_resource"),
+        (
+            "ValueError: The input size is not aligned with the quantized weight shape. This can be caused "
+            "by too large tensor parallel size.\n",
+            "config_error_not_resource",
+        ),
+        # vLLM's sleep-mode allocator: an OOM whose stage the line does not give
+        ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n", "oom_runtime_under_load"),
+    ],
+)
+def test_messages_read_in_their_sources_round_15(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
