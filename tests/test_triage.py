@@ -1990,3 +1990,39 @@ def test_messages_read_in_their_sources_round_14(tmp_path: Path, text: str, caus
 )
 def test_messages_read_in_their_sources_round_15(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
+
+
+# messages of vLLM 0.4.3, 0.6.3 and 0.8.5 (their wheels' raise statements, swept like the installed one's)
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (
+            "RuntimeError: please set tensor_parallel_size (4) to less than max local gpu count (2)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: please ensure that world_size (8) is less than than max local gpu count (4)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: GPU memory utilization must be less than 1.0. Got 90.0.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: CUDA_VISIBLE_DEVICES is set to empty string, which means GPU support is "
+            "disabled.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Ray does not allocate any GPUs on the driver node. Consider adjusting the Ray "
+            "placement group or running the driver on a GPU node.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "NotImplementedError: FlashAttention does not support fp8 kv-cache on this device.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+    ],
+)
+def test_messages_of_older_vllm_releases(tmp_path: Path, text: str, cause: str) -> None:
+    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
