@@ -2022,6 +2022,13 @@ def test_messages_read_in_their_sources_round_15(tmp_path: Path, text: str, caus
             "NotImplementedError: FlashAttention does not support fp8 kv-cache on this device.\n",
             "quant_or_dtype_unsupported_on_gpu",
         ),
+        # a sentence about an OOM that would happen is not one (SGLang 0.5's weight-cache daemon message)
+        (
+            "RuntimeError: [IpcModelLoader] Weight cache daemon not available at /tmp/x. In daemon mode, "
+            "fallback to disk loading is disabled because the daemon process already holds weights on the "
+            "same GPU - loading from disk would cause OOM.\n",
+            "unknown",
+        ),
     ],
 )
 def test_messages_of_older_vllm_releases(tmp_path: Path, text: str, cause: str) -> None:
