@@ -1711,7 +1711,7 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
     }
 
 
-# ------------------------------------------------------------------------------------- rounds 11-12
+# ------------------------------------------------------------------------------------- rounds 11-15
 @pytest.mark.parametrize(
     ("text", "cause"),
     [
@@ -1777,9 +1777,132 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "KeyError: 'pixel_values'\n",
             "unknown",
         ),
+        # ---- round 13
+        (
+            "[nvidia-smi(stdout)] Failed to initialize NVML: Driver/library version mismatch\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        ("Failed to initialize NVML: Driver Not Loaded\n", "cuda_driver_runtime_mismatch"),
+        ("pynvml.NVMLError_GPUIsLost: GPU is lost\n", "gpu_hardware_fault"),
+        ("pynvml.NVMLError_ResetRequired: GPU requires restart\n", "gpu_hardware_fault"),
+        # V0 pins --swap-space GiB per GPU for its CPU blocks; cudaHostAlloc refuses with 'invalid argument'
+        (
+            '  File "/x/vllm/worker/cache_engine.py", line 66, in __init__\n'
+            '    self.cpu_cache = self._allocate_kv_cache(self.num_cpu_blocks, "cpu")\n'
+            '  File "/x/vllm/worker/cache_engine.py", line 83, in _allocate_kv_cache\n'
+            "    layer_kv_cache = torch.zeros(kv_cache_shape,\n"
+            "RuntimeError: CUDA error: invalid argument\n",
+            "host_pinned_memory_swap_space",
+        ),
+        # torch 2.1+ lists two processes (12.8 GiB), but 61 GiB of the 80 are used beyond this process:
+        # the rest belongs to processes NVML does not list (other containers)
+        (
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 234.00 MiB. GPU 0 has a "
+            "total capacty of 80 GiB of which 176.38 MiB is free. Process 4683 has 11.05 GiB memory in use. "
+            "Process 16753 has 1.71 GiB memory in use. Including non-PyTorch memory, this process has "
+            "18.80 GiB memory in use. Of the allocated memory 18.26 GiB is allocated by PyTorch, and "
+            "30.10 MiB is reserved by PyTorch but unallocated.\n",
+            "startup_free_memory_below_target",
+        ),
+        # ---- round 14
+        (
+            "[rank0]:E0701 14:28:21.083000 911603 torch/_inductor/runtime/triton_heuristics.py:539] "
+            "[0/0] ptxas /tmp/tmpmwke15zw.ptx, line 6; error   : PTX .version 8.4 does not support "
+            ".target sm_120a\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "RuntimeError: Assertion error (.../deepgemm-src/csrc/apis/hyperconnection.hpp:56): "
+            "Unsupported architecture\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "WARNING 09-16 13:18:12 [gpu_worker.py:208] cudaHostRegister failed for rank=0\n",
+            "host_pinned_memory_swap_space",
+        ),
+        (
+            "RuntimeError: weight model.layers.0.self_attn.q_proj.weight does not exist\n",
+            "config_error_not_resource",
+        ),
+        ("Error: Download process was signaled to shutdown with signal 7\n", "shm_insufficient"),
+        # a log copied out of a web page keeps its HTML entities
+        (
+            "<pre>ValueError: [address=0.0.0.0:33939, pid=69383] FP8 quantized models is only supported on "
+            "GPUs with compute capability &gt;= 8.9 (e.g 4090/H100), actual = `8.6`\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # retyped by a user (a typo, curly quotes): vLLM's numbers still read
+        (
+            "The model’s max sew len (32768) is larger than the maximum number of tokens that can be stored "
+            "in KV cache (18896). Try increasing ‘gpu_memory_utilization’\n",
+            "kv_cache_too_small_for_max_model_len",
+        ),
+        # a process that ends with signal 70 or a SIGBUS-free supervisor line is not a /dev/shm problem
+        ("worker exited with signal 70\n", "unknown"),
+        # ---- round 15
+        (
+            "stderr: nvidia-container-cli: initialization error: nvml error: driver/library version "
+            "mismatch: unknown\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "[ 7386.259769] NVRM: API mismatch: the client has the version 515.48.07, but\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "[rank1]:[F ProcessGroupNCCL.cpp:1169] [PG 2 Rank 1] ProcessGroupNCCL's watchdog got stuck for "
+            "600 seconds without making progress in monitoring enqueued collectives.\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        ("RuntimeError: Failed to infer device type\n", "config_error_not_resource"),
+        (
+            "ValueError: The input size is not aligned with the quantized weight shape. This can be caused "
+            "by too large tensor parallel size.\n",
+            "config_error_not_resource",
+        ),
+        # vLLM's sleep-mode allocator: an OOM whose stage the line does not give
+        ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n", "oom_runtime_under_load"),
+        # ---- vLLM 0.4.3, 0.6.3 and 0.8.5 (their wheels' raise statements, swept like the installed one's)
+        (
+            "RuntimeError: please set tensor_parallel_size (4) to less than max local gpu count (2)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: please ensure that world_size (8) is less than than max local gpu count (4)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: GPU memory utilization must be less than 1.0. Got 90.0.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: CUDA_VISIBLE_DEVICES is set to empty string, which means GPU support is "
+            "disabled.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Ray does not allocate any GPUs on the driver node. Consider adjusting the Ray "
+            "placement group or running the driver on a GPU node.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "NotImplementedError: FlashAttention does not support fp8 kv-cache on this device.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # a sentence about an OOM that would happen is not one (SGLang 0.5's weight-cache daemon message)
+        (
+            "RuntimeError: [IpcModelLoader] Weight cache daemon not available at /tmp/x. In daemon mode, "
+            "fallback to disk loading is disabled because the daemon process already holds weights on the "
+            "same GPU - loading from disk would cause OOM.\n",
+            "unknown",
+        ),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_and_12(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_15(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
@@ -1850,46 +1973,6 @@ def test_tensor_parallel_ranks_with_far_apart_kv_budgets_mean_another_process_on
     assert d.cause == "no_kv_cache_memory"
 
 
-# ------------------------------------------------------------------------------------- round 13
-@pytest.mark.parametrize(
-    ("text", "cause"),
-    [
-        (
-            "[nvidia-smi(stdout)] Failed to initialize NVML: Driver/library version mismatch\n",
-            "cuda_driver_runtime_mismatch",
-        ),
-        (
-            "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.\n",
-            "cuda_driver_runtime_mismatch",
-        ),
-        ("Failed to initialize NVML: Driver Not Loaded\n", "cuda_driver_runtime_mismatch"),
-        ("pynvml.NVMLError_GPUIsLost: GPU is lost\n", "gpu_hardware_fault"),
-        ("pynvml.NVMLError_ResetRequired: GPU requires restart\n", "gpu_hardware_fault"),
-        # V0 pins --swap-space GiB per GPU for its CPU blocks; cudaHostAlloc refuses with 'invalid argument'
-        (
-            '  File "/x/vllm/worker/cache_engine.py", line 66, in __init__\n'
-            '    self.cpu_cache = self._allocate_kv_cache(self.num_cpu_blocks, "cpu")\n'
-            '  File "/x/vllm/worker/cache_engine.py", line 83, in _allocate_kv_cache\n'
-            "    layer_kv_cache = torch.zeros(kv_cache_shape,\n"
-            "RuntimeError: CUDA error: invalid argument\n",
-            "host_pinned_memory_swap_space",
-        ),
-        # torch 2.1+ lists two processes (12.8 GiB), but 61 GiB of the 80 are used beyond this process:
-        # the rest belongs to processes NVML does not list (other containers)
-        (
-            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 234.00 MiB. GPU 0 has a "
-            "total capacty of 80 GiB of which 176.38 MiB is free. Process 4683 has 11.05 GiB memory in use. "
-            "Process 16753 has 1.71 GiB memory in use. Including non-PyTorch memory, this process has "
-            "18.80 GiB memory in use. Of the allocated memory 18.26 GiB is allocated by PyTorch, and "
-            "30.10 MiB is reserved by PyTorch but unallocated.\n",
-            "startup_free_memory_below_target",
-        ),
-    ],
-)
-def test_messages_read_in_their_sources_round_13(tmp_path: Path, text: str, cause: str) -> None:
-    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
-
-
 def test_sglang_weights_leave_no_kv_raises_the_static_fraction_above_its_own_floor(tmp_path: Path) -> None:
     log = _write(
         tmp_path,
@@ -1914,122 +1997,3 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
         "INFO  [model_runner.py]    Graph capturing finished in 1 secs, took 0.46 G\n",
     )
     assert diagnose(log).cause == "oom_cudagraph_capture"
-
-
-# ------------------------------------------------------------------------------------- round 14
-@pytest.mark.parametrize(
-    ("text", "cause"),
-    [
-        (
-            "[rank0]:E0701 14:28:21.083000 911603 torch/_inductor/runtime/triton_heuristics.py:539] "
-            "[0/0] ptxas /tmp/tmpmwke15zw.ptx, line 6; error   : PTX .version 8.4 does not support "
-            ".target sm_120a\n",
-            "arch_no_kernel_image",
-        ),
-        (
-            "RuntimeError: Assertion error (.../deepgemm-src/csrc/apis/hyperconnection.hpp:56): "
-            "Unsupported architecture\n",
-            "arch_no_kernel_image",
-        ),
-        (
-            "WARNING 09-16 13:18:12 [gpu_worker.py:208] cudaHostRegister failed for rank=0\n",
-            "host_pinned_memory_swap_space",
-        ),
-        (
-            "RuntimeError: weight model.layers.0.self_attn.q_proj.weight does not exist\n",
-            "config_error_not_resource",
-        ),
-        ("Error: Download process was signaled to shutdown with signal 7\n", "shm_insufficient"),
-        # a log copied out of a web page keeps its HTML entities
-        (
-            "<pre>ValueError: [address=0.0.0.0:33939, pid=69383] FP8 quantized models is only supported on "
-            "GPUs with compute capability &gt;= 8.9 (e.g 4090/H100), actual = `8.6`\n",
-            "quant_or_dtype_unsupported_on_gpu",
-        ),
-        # retyped by a user (a typo, curly quotes): vLLM's numbers still read
-        (
-            "The model’s max sew len (32768) is larger than the maximum number of tokens that can be stored "
-            "in KV cache (18896). Try increasing ‘gpu_memory_utilization’\n",
-            "kv_cache_too_small_for_max_model_len",
-        ),
-        # a process that ends with signal 70 or a SIGBUS-free supervisor line is not a /dev/shm problem
-        ("worker exited with signal 70\n", "unknown"),
-    ],
-)
-def test_messages_read_in_their_sources_round_14(tmp_path: Path, text: str, cause: str) -> None:
-    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
-
-
-# ------------------------------------------------------------------------------------- round 15
-@pytest.mark.parametrize(
-    ("text", "cause"),
-    [
-        (
-            "stderr: nvidia-container-cli: initialization error: nvml error: driver/library version "
-            "mismatch: unknown\n",
-            "cuda_driver_runtime_mismatch",
-        ),
-        (
-            "[ 7386.259769] NVRM: API mismatch: the client has the version 515.48.07, but\n",
-            "cuda_driver_runtime_mismatch",
-        ),
-        (
-            "[rank1]:[F ProcessGroupNCCL.cpp:1169] [PG 2 Rank 1] ProcessGroupNCCL's watchdog got stuck for "
-            "600 seconds without making progress in monitoring enqueued collectives.\n",
-            "nccl_multi_gpu_comm_failure",
-        ),
-        ("RuntimeError: Failed to infer device type\n", "config_error_not_resource"),
-        (
-            "ValueError: The input size is not aligned with the quantized weight shape. This can be caused "
-            "by too large tensor parallel size.\n",
-            "config_error_not_resource",
-        ),
-        # vLLM's sleep-mode allocator: an OOM whose stage the line does not give
-        ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n", "oom_runtime_under_load"),
-    ],
-)
-def test_messages_read_in_their_sources_round_15(tmp_path: Path, text: str, cause: str) -> None:
-    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
-
-
-# messages of vLLM 0.4.3, 0.6.3 and 0.8.5 (their wheels' raise statements, swept like the installed one's)
-@pytest.mark.parametrize(
-    ("text", "cause"),
-    [
-        (
-            "RuntimeError: please set tensor_parallel_size (4) to less than max local gpu count (2)\n",
-            "config_error_not_resource",
-        ),
-        (
-            "RuntimeError: please ensure that world_size (8) is less than than max local gpu count (4)\n",
-            "config_error_not_resource",
-        ),
-        (
-            "ValueError: GPU memory utilization must be less than 1.0. Got 90.0.\n",
-            "config_error_not_resource",
-        ),
-        (
-            "RuntimeError: CUDA_VISIBLE_DEVICES is set to empty string, which means GPU support is "
-            "disabled.\n",
-            "config_error_not_resource",
-        ),
-        (
-            "ValueError: Ray does not allocate any GPUs on the driver node. Consider adjusting the Ray "
-            "placement group or running the driver on a GPU node.\n",
-            "config_error_not_resource",
-        ),
-        (
-            "NotImplementedError: FlashAttention does not support fp8 kv-cache on this device.\n",
-            "quant_or_dtype_unsupported_on_gpu",
-        ),
-        # a sentence about an OOM that would happen is not one (SGLang 0.5's weight-cache daemon message)
-        (
-            "RuntimeError: [IpcModelLoader] Weight cache daemon not available at /tmp/x. In daemon mode, "
-            "fallback to disk loading is disabled because the daemon process already holds weights on the "
-            "same GPU - loading from disk would cause OOM.\n",
-            "unknown",
-        ),
-    ],
-)
-def test_messages_of_older_vllm_releases(tmp_path: Path, text: str, cause: str) -> None:
-    assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
