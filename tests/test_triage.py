@@ -1997,3 +1997,26 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
         "INFO  [model_runner.py]    Graph capturing finished in 1 secs, took 0.46 G\n",
     )
     assert diagnose(log).cause == "oom_cudagraph_capture"
+
+
+@pytest.mark.parametrize(
+    ("text", "flags"),
+    [
+        (
+            "RuntimeError: please set tensor_parallel_size (4) to less than max local gpu count (3)\n",
+            {"--tensor-parallel-size": "2"},
+        ),
+        (
+            "ValueError: GPU memory utilization must be less than 1.0. Got 90.0.\n",
+            {"--gpu-memory-utilization": "0.90"},
+        ),
+        ("ValueError: GPU memory utilization must be less than 1.0. Got 250.0.\n", {}),
+        ("RuntimeError: Failed to infer device type\n", {}),
+    ],
+)
+def test_configuration_errors_with_a_known_fix_change_only_that_flag(
+    tmp_path: Path, text: str, flags: dict[str, str]
+) -> None:
+    d = diagnose(_write(tmp_path, "vllm.log", text))
+    assert d.cause == "config_error_not_resource"
+    assert d.remediation.flag_changes == flags

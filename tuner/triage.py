@@ -1342,6 +1342,31 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 "config.json and the weights (use an absolute path), or give a valid repo id. "
                 "Not a memory problem."
             )
+        elif "vllm.tp_above_local_gpus" in top.sig_ids:
+            visible = _f(g, "gpus")
+            summary = (
+                "More tensor-parallel ranks than GPUs this process can see"
+                + (f" ({visible:g} visible)" if visible else "")
+                + ": check CUDA_VISIBLE_DEVICES and the container's --gpus, or lower --tensor-parallel-size."
+            )
+            if visible and visible >= 1:
+                fit = 1 << (int(visible).bit_length() - 1)  # a power of two divides the attention heads
+                flags["--tensor-parallel-size"] = str(fit)
+                summary += f" --tensor-parallel-size {fit} fits the GPUs visible."
+        elif "vllm.gpu_util_above_one" in top.sig_ids:
+            given = _f(g, "util_given")
+            summary = "--gpu-memory-utilization is a fraction of the GPU's memory, below 1.0"
+            if given is not None and 1.0 < given <= 100.0:
+                fixed = given / 100.0 if given / 100.0 < 1.0 else 0.9
+                flags["--gpu-memory-utilization"] = f"{fixed:.2f}"
+                summary += f": {given:g} reads as a percentage, so {fixed:.2f}"
+            summary += ". Not a memory shortage."
+        elif top.sig_ids & {"vllm.no_device_inferred", "vllm.cuda_visible_devices_empty"}:
+            summary = (
+                "vLLM found no GPU to run on: the container was started without the GPU (docker --gpus all, "
+                "the NVIDIA container runtime, a Kubernetes nvidia.com/gpu limit), CUDA_VISIBLE_DEVICES is "
+                "empty, or the driver is not loaded (run nvidia-smi where vLLM runs). Not a memory problem."
+            )
         elif "net.address_in_use" in top.sig_ids:
             port = ctx.arg("port")
             summary = (
@@ -1349,7 +1374,9 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 "choose another --port. Not a memory problem."
             )
         else:
-            text = top.hits[0].text.strip() if top.hits else ""
+            texts = [h.text.strip() for h in top.hits]
+            # the message as raised, not the frame's source line that holds the same words
+            text = next((t for t in texts if not _RAISE_SOURCE.search(t)), texts[0] if texts else "")
             summary = f"vLLM rejected its configuration: {text[:300]}"
     if _engine(ctx, top) != "vllm":
         summary, flags, env, alts = _other_engine(ctx, top, summary, flags, env, alts)
@@ -1531,6 +1558,8 @@ def _other_gpu_memory(
     del samples
     return (max(by_time.values()) if by_time else 0.0), None
 
+
+_RAISE_SOURCE = re.compile(r"(?:^|\s)raise \w+(?:\.\w+)*\(")
 
 CUT_TRACEBACK_HINT = 0.2  # an alternative only: the stage's usual failure, never the answer
 
