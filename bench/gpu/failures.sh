@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Produce REAL non-memory GPU failures for the triage corpus with PyTorch only (no vLLM), on the lookalike
+# side of the labels: triage must name them without a memory label.
+#
+#   OUT=/some/dir bash bench/gpu/failures.sh   # from the repository root; < 3 minutes; writes $OUT/failures.tgz
+#
+# Scenarios (all output is PyTorch's, NCCL's or Triton's own):
+#   device-assert   an out-of-range index on the GPU -> 'CUDA error: device-side assert triggered'
+#   illegal-access  a Triton kernel that stores far outside its buffer -> 'an illegal memory access was
+#                   encountered' (the process's CUDA context is lost; other processes are not affected)
+#   nccl-timeout    two ranks on two GPUs, one skips an all-reduce -> the NCCL watchdog's collective timeout
+#                   (needs 2 GPUs; skipped with one)
+# Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
+set -u
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+W="$(mktemp -d)"
+C="$W/corpus"
+mkdir -p "$C"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# NVLink multicast stays off (shared machines): NCCL, PyTorch and NVSHMEM
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+START=$(date +%s)
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+
+cat > "$W/device_assert.py" <<'PY'
+import torch
+x = torch.zeros(10, device="cuda")
+idx = torch.tensor([20], device="cuda")
+print("indexing a 10-element tensor at 20 on the GPU", flush=True)
+y = x[idx]
+print(y.sum().item(), flush=True)
+PY
+
+cat > "$W/illegal_access.py" <<'PY'
+import torch, triton, triton.language as tl
+
+@triton.jit
+def store_far(ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(ptr + offs + (1 << 40), tl.zeros([BLOCK], dtype=tl.float32))   # no mask, 4 TiB past the end
+
+x = torch.zeros(1024, device="cuda")
+print("launching a kernel that writes 4 TiB past its buffer", flush=True)
+store_far[(1,)](x, x.numel(), BLOCK=1024)
+torch.cuda.synchronize()
+print("finished", flush=True)
+PY
+
+cat > "$W/nccl_timeout.py" <<'PY'
+import datetime, os, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank: int) -> None:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20))
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    print(f"rank {rank}: first all-reduce done", flush=True)
+    if rank == 0:
+        dist.all_reduce(t)            # rank 1 never joins this one
+        torch.cuda.synchronize()
+        print("rank 0: second all-reduce done", flush=True)
+    else:
+        time.sleep(60)
+
+if __name__ == "__main__":
+    mp.spawn(run, nprocs=2, join=True)
+PY
+
+run_case() {  # name command...
+  local name="$1"; shift
+  "$@" > "$C/gpu-h200-$name.log" 2>&1
+  local rc=$?
+  echo "$rc" > "$W/$name.rc"
+  echo "$name: exit $rc ($(($(date +%s) - START)) s so far)"
+}
+
+run_case device-assert timeout 60 "$PY" "$W/device_assert.py"
+run_case illegal-access timeout 90 "$PY" "$W/illegal_access.py"
+if [ "$NGPU" -ge 2 ]; then
+  run_case nccl-timeout timeout 120 "$PY" "$W/nccl_timeout.py"
+else
+  echo "nccl-timeout: skipped (one GPU)"
+fi
+
+toml() {  # name label evidence
+  [ -f "$W/$1.rc" ] || return 0
+  local rc; rc=$(cat "$W/$1.rc")
+  cat > "$C/gpu-h200-$1.toml" <<EOF
+# Real failure on NVIDIA H200s made by bench/gpu/failures.sh (torch / Triton / NCCL only, no vLLM).
+source = "generated: H200, bench/gpu/failures.sh scenario $1, torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+label = "$2"
+stage = ""
+evidence = "$3"
+exit_code = $rc
+EOF
+}
+toml device-assert illegal_memory_access_software_bug "an index out of range on the GPU trips PyTorch's device-side bounds assert: a software bug, not memory or hardware"
+toml illegal-access illegal_memory_access_software_bug "a Triton kernel stores 4 TiB past its buffer: CUDA reports an illegal memory access (a software bug; the hardware is fine)"
+toml nccl-timeout nccl_multi_gpu_comm_failure "rank 1 never joins rank 0's second all-reduce: the NCCL watchdog times the collective out after 20 s"
+
+for f in "$C"/*.log; do
+  name=$(basename "$f" .log); name=${name#gpu-h200-}
+  "$PY" -m tuner triage "$f" --exit-code "$(cat "$W/$name.rc")" --format json > "$W/triage-$name.json" 2> "$W/triage-$name.err"
+  echo "triage $name -> $("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['cause'], d['confidence'])" "$W/triage-$name.json" 2>/dev/null)"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$W/gpu.csv" 2>&1
+(dmesg 2>/dev/null | tail -n 200 | grep -iE "nvrm|xid" > "$W/dmesg-tail.txt") || true
+echo "total $(($(date +%s) - START)) s"
+tar czf "$OUT/failures.tgz" -C "$W" corpus gpu.csv dmesg-tail.txt $(cd "$W" && ls triage-*.json triage-*.err *.rc)
+rm -rf "$W"
+echo "wrote $OUT/failures.tgz"
