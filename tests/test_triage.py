@@ -1986,6 +1986,20 @@ def test_sglang_weights_leave_no_kv_raises_the_static_fraction_above_its_own_flo
     assert d.remediation.flag_changes == {"--mem-fraction-static": "0.80"}
 
 
+def test_an_oom_in_vllms_kernel_warmup_frames_is_a_warmup_oom(tmp_path: Path) -> None:
+    log = _write(
+        tmp_path,
+        "vllm.log",
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/v1/worker/gpu/warmup.py", line 240, in warmup_kernels\n'
+        '  File "/x/vllm/v1/worker/gpu/warmup.py", line 260, in _warmup_kernels\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 28.44 GiB. GPU 7 has a total capacity "
+        "of 178.34 GiB of which 7.38 GiB is free.\n",
+    )
+    d = diagnose(log)
+    assert (d.cause, d.stage) == ("oom_sampler_warmup_or_profile_run", "warmup")
+
+
 def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the_title(
     tmp_path: Path,
 ) -> None:
