@@ -12,16 +12,7 @@
 #                   (needs 2 GPUs; skipped with one)
 # Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
 set -u
-OUT="${OUT:-$PWD/out}"
-mkdir -p "$OUT"
-W="$(mktemp -d)"
-C="$W/corpus"
-mkdir -p "$C"
-PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# NVLink multicast stays off (shared machines): NCCL, PyTorch and NVSHMEM
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-START=$(date +%s)
+. bench/gpu/corpus-lib.sh
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
 cat > "$W/device_assert.py" <<'PY'
@@ -108,9 +99,4 @@ for f in "$C"/*.log; do
   "$PY" -m tuner triage "$f" --exit-code "$(cat "$W/$name.rc")" --format json > "$W/triage-$name.json" 2> "$W/triage-$name.err"
   echo "triage $name -> $("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['cause'], d['confidence'])" "$W/triage-$name.json" 2>/dev/null)"
 done
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$W/gpu.csv" 2>&1
-(dmesg 2>/dev/null | tail -n 200 | grep -iE "nvrm|xid" > "$W/dmesg-tail.txt") || true
-echo "total $(($(date +%s) - START)) s"
-tar czf "$OUT/failures.tgz" -C "$W" corpus gpu.csv dmesg-tail.txt $(cd "$W" && ls triage-*.json triage-*.err *.rc)
-rm -rf "$W"
-echo "wrote $OUT/failures.tgz"
+pack failures "nvrm|xid"

@@ -13,14 +13,7 @@
 #   runtime-growth  a decode-like loop whose batch and cache grow every step until the allocator fails
 # Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
 set -u
-OUT="${OUT:-$PWD/out}"
-mkdir -p "$OUT"
-W="$(mktemp -d)"
-C="$W/corpus"
-mkdir -p "$C"
-PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-START=$(date +%s)
+. bench/gpu/corpus-lib.sh
 
 cat > "$W/sampler.py" <<'PY'
 # NVML at 10 Hz: unix time, used MiB, total MiB, GPU util %, memory util % (the fixtures' NVML CSV), and
@@ -164,9 +157,4 @@ for name in graph-capture other-process runtime-growth; do
     --exit-code "$(cat "$W/$name.rc")" --format json > "$W/triage-$name.json" 2> "$W/triage-$name.err"
   echo "triage $name -> $("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['cause'], d['confidence'])" "$W/triage-$name.json" 2>/dev/null)"
 done
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$W/gpu.csv" 2>&1
-(dmesg 2>/dev/null | tail -n 200 | grep -iE "nvrm|xid|oom" > "$W/dmesg-tail.txt") || true
-echo "total $(($(date +%s) - START)) s"
-tar czf "$OUT/oom.tgz" -C "$W" corpus gpu.csv dmesg-tail.txt $(cd "$W" && ls triage-*.json triage-*.err *.rc)
-rm -rf "$W"
-echo "wrote $OUT/oom.tgz"
+pack oom "nvrm|xid|oom"
