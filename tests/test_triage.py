@@ -1893,6 +1893,26 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "NotImplementedError: FlashAttention does not support fp8 kv-cache on this device.\n",
             "quant_or_dtype_unsupported_on_gpu",
         ),
+        # kernel libraries' architecture gates (FlashInfer 0.7, Triton 3.x, AutoGPTQ 0.7), as raised
+        ("RuntimeError: XQA is only supported on SM90, SM100, SM120/SM121 GPUs\n", "arch_no_kernel_image"),
+        (
+            "RuntimeError: vsa_sm100_blk128 backend requires SM100/SM103/SM107, current device is SM90\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ValueError: num_ctas > 1 requires NVIDIA SM90+ (Hopper). Current target is sm_80.\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ValueError: Can not use Marlin int4*fp16 kernel with a device of compute capability 7.5, the "
+            "minimum compute capability is 8.0 for Marlin kernel.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # ... but not when a line only warns and falls back
+        (
+            "WARNING 05-01 12:00:00 [x.py:1] FlashAttention requires SM80+, falling back to XFormers\n",
+            "unknown",
+        ),
         # a sentence about an OOM that would happen is not one (SGLang 0.5's weight-cache daemon message)
         (
             "RuntimeError: [IpcModelLoader] Weight cache daemon not available at /tmp/x. In daemon mode, "
