@@ -78,25 +78,10 @@ else
   echo "nccl-timeout: skipped (one GPU)"
 fi
 
-toml() {  # name label evidence
-  [ -f "$W/$1.rc" ] || return 0
-  local rc; rc=$(cat "$W/$1.rc")
-  cat > "$C/gpu-h200-$1.toml" <<EOF
-# Real failure on NVIDIA H200s made by bench/gpu/failures.sh (torch / Triton / NCCL only, no vLLM).
-source = "generated: H200, bench/gpu/failures.sh scenario $1, torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-label = "$2"
-stage = ""
-evidence = "$3"
-exit_code = $rc
-EOF
-}
-toml device-assert illegal_memory_access_software_bug "an index out of range on the GPU trips PyTorch's device-side bounds assert: a software bug, not memory or hardware"
-toml illegal-access illegal_memory_access_software_bug "a Triton kernel stores 4 TiB past its buffer: CUDA reports an illegal memory access (a software bug; the hardware is fine)"
-toml nccl-timeout nccl_multi_gpu_comm_failure "rank 1 never joins rank 0's second all-reduce: the NCCL watchdog times the collective out after 20 s"
-
-for f in "$C"/*.log; do
-  name=$(basename "$f" .log); name=${name#gpu-h200-}
-  "$PY" -m tuner triage "$f" --exit-code "$(cat "$W/$name.rc")" --format json > "$W/triage-$name.json" 2> "$W/triage-$name.err"
-  echo "triage $name -> $("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['cause'], d['confidence'])" "$W/triage-$name.json" 2>/dev/null)"
+corpus_toml failures.sh device-assert illegal_memory_access_software_bug "an index out of range on the GPU trips PyTorch's device-side bounds assert: a software bug, not memory or hardware"
+corpus_toml failures.sh illegal-access illegal_memory_access_software_bug "a Triton kernel stores 4 TiB past its buffer: CUDA reports an illegal memory access (a software bug; the hardware is fine)"
+corpus_toml failures.sh nccl-timeout nccl_multi_gpu_comm_failure "rank 1 never joins rank 0's second all-reduce: the NCCL watchdog times the collective out after 20 s"
+for name in device-assert illegal-access nccl-timeout; do
+  triage_case "$name"
 done
 pack failures "nvrm|xid"

@@ -132,29 +132,12 @@ run_case other-process 30 other_case
 
 run_case runtime-growth 40 timeout 60 "$PY" "$W/runtime_growth.py"
 
-# Corpus metadata: the label each scenario was built to produce and what in the log shows it.
-toml() {  # name label evidence
-  local rc; rc=$(cat "$W/$1.rc")
-  cat > "$C/gpu-h200-$1.toml" <<EOF
-# Real PyTorch failure on an NVIDIA H200 made by bench/gpu/oom.sh (torch only, no vLLM), with
-# nvidia-smi dmon and NVML sampled side by side.
-source = "generated: H200, bench/gpu/oom.sh scenario $1, torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-label = "$2"
-stage = ""
-evidence = "$3"
-telemetry = "gpu-h200-$1-dmon.txt"
-telemetry_nvml = "gpu-h200-$1-nvml.csv"
-exit_code = $rc
-EOF
-}
-toml graph-capture oom_cudagraph_capture "torch OutOfMemoryError raised inside torch.cuda.graph capture (torch/cuda/graphs.py in the traceback) with ~1 GiB free"
-toml other-process startup_free_memory_below_target "torch OOM reserving 0.9 x total while another process (listed by PyTorch, and in gpu-processes.csv) held ~80% of the card"
-toml runtime-growth oom_runtime_under_load "torch OOM after many steps of a growing batch/cache; memory plateaued at capacity in dmon/NVML"
-
-# What triage says about each (JSON), for the report.
+# Corpus metadata, then what triage says about each (JSON), for the report.
+tel() { echo "telemetry = \"gpu-h200-$1-dmon.txt\""; echo "telemetry_nvml = \"gpu-h200-$1-nvml.csv\""; }
+corpus_toml oom.sh graph-capture oom_cudagraph_capture "torch OutOfMemoryError raised inside torch.cuda.graph capture (torch/cuda/graphs.py in the traceback) with ~1 GiB free" "$(tel graph-capture)"
+corpus_toml oom.sh other-process startup_free_memory_below_target "torch OOM reserving 0.9 x total while another process (listed by PyTorch, and in gpu-processes.csv) held ~80% of the card" "$(tel other-process)"
+corpus_toml oom.sh runtime-growth oom_runtime_under_load "torch OOM after many steps of a growing batch/cache; memory plateaued at capacity in dmon/NVML" "$(tel runtime-growth)"
 for name in graph-capture other-process runtime-growth; do
-  "$PY" -m tuner triage "$C/gpu-h200-$name.log" --telemetry "$C/gpu-h200-$name-dmon.txt" \
-    --exit-code "$(cat "$W/$name.rc")" --format json > "$W/triage-$name.json" 2> "$W/triage-$name.err"
-  echo "triage $name -> $("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['cause'], d['confidence'])" "$W/triage-$name.json" 2>/dev/null)"
+  triage_case "$name" --telemetry "$C/gpu-h200-$name-dmon.txt"
 done
 pack oom "nvrm|xid|oom"
