@@ -2054,3 +2054,48 @@ def test_configuration_errors_with_a_known_fix_change_only_that_flag(
     d = diagnose(_write(tmp_path, "vllm.log", text))
     assert d.cause == "config_error_not_resource"
     assert d.remediation.flag_changes == flags
+
+
+# nvitop's process rows as posted in triton-inference-server/server#7562 (tests/corpus/ho12-triton-7562-*)
+_NVITOP_ROWS = (
+    "PID USER DEV     TYPE  GPU        GPU MEM    CPU  HOST MEM Command\n"
+    "1880122 root   {a}  Compute   0%   5102MiB  33%     1%   5959MiB /opt/tritonserver/backends/python/"
+    "triton_python_backend_stub /models_vllm_gemma2B/gemma_2B_1/1/model.py t\n"
+    "1894187 root   {b}  Compute   0%   5102MiB  33%     1%   5950MiB /opt/tritonserver/backends/python/"
+    "triton_python_backend_stub /models_vllm_gemma2B_2/gemma_2B_1/1/model.py\n"
+    "1879648 root   0  Compute   0%    164MiB   1%     1%    420MiB tritonserver --model-repository=/m\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "cause"),
+    [
+        ("0", "0", "startup_free_memory_below_target"),  # two engines on GPU 0
+        ("0", "1", "no_kv_cache_memory"),  # one per GPU, as tensor-parallel ranks hold them
+    ],
+)
+def test_a_pasted_process_table_with_two_engines_on_one_gpu_blames_the_other(
+    tmp_path: Path, a: str, b: str, cause: str
+) -> None:
+    log = _write(
+        tmp_path,
+        "vllm.log",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+        "when initializing the engine.\n" + _NVITOP_ROWS.format(a=a, b=b),
+    )
+    d = diagnose(log)
+    assert d.cause == cause
+    if cause == "startup_free_memory_below_target":
+        assert any("2 processes holding memory on GPU 0" in e.detail for e in d.evidence)
+
+
+def test_nvidia_smis_own_process_table_is_read(tmp_path: Path) -> None:
+    # captured on an H200 by bench/gpu/process-table.sh while two processes held 20998 and 8710 MiB on GPU 0
+    table = (Path(__file__).parent / "fixtures/gpu/process-table/nvidia-smi.txt").read_text()
+    error = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`\n"
+    d = diagnose(_write(tmp_path, "a.log", table + error))
+    assert d.cause == "startup_free_memory_below_target"
+    assert any("pid 457 20998 MiB, pid 458 8710 MiB" in e.detail for e in d.evidence)
+    # one process on the card (the run's own): the table is no evidence of another
+    one = "".join(line for line in table.splitlines(keepends=True) if " 458 " not in line)
+    assert diagnose(_write(tmp_path, "b.log", one + error)).cause == "no_kv_cache_memory"

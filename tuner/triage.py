@@ -25,7 +25,6 @@ from typing import Any
 
 from tuner.errors import ExitCode, UsageError
 from tuner.triage_inputs import (
-    GpuProcessSample,
     TelemetrySummary,
     exit_from_json,
     killed_by_sigkill,
@@ -579,9 +578,9 @@ def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
             "gpu-processes.csv",
         )
         _blame_other_process(cands, ev, {"others_mib": f"{others:.0f}", "total_mib": f"{total:.0f}"})
-    uneven = _uneven_ranks(ctx)
-    if uneven is not None:
-        _blame_other_process(cands, uneven, {})
+    for shared in (_uneven_ranks(ctx), _shared_gpu_in_table(ctx)):
+        if shared is not None:
+            _blame_other_process(cands, shared, {})
 
     if tel is not None:
         if tel.at_capacity(total):
@@ -650,6 +649,32 @@ def _uneven_ranks(ctx: _Context) -> Evidence | None:
         "ranks of one model hold equal shards (vllm/v1/worker/gpu_worker.py determine_available_memory "
         f"measures each GPU): {low:.2f} GiB against {high:.2f} GiB means another process held memory on "
         f"{low_name}'s GPU (nvidia-smi on that GPU shows it)",
+    )
+
+
+# A process holding at least this much of a GPU is a model (or a training job), not a bare CUDA context
+# (300-600 MiB) such as a front end's or a monitoring tool's.
+TABLE_PROCESS_MIB = 1024.0
+
+
+def _shared_gpu_in_table(ctx: _Context) -> Evidence | None:
+    """Evidence when an nvidia-smi or nvitop process table pasted into the log shows two or more processes
+    holding GPU memory on one GPU: one engine holds one GPU per rank, so the others took part of it."""
+    by_gpu: dict[int, dict[int, tuple[float, str]]] = {}
+    for gpu, pid, mib, row in ctx.scan.gpu_processes:
+        if mib >= TABLE_PROCESS_MIB:
+            by_gpu.setdefault(gpu, {})[pid] = (mib, row)
+    shared = {gpu: procs for gpu, procs in by_gpu.items() if len(procs) >= 2}
+    if not shared:
+        return None
+    gpu, procs = min(shared.items())
+    held = ", ".join(f"pid {pid} {mib:.0f} MiB" for pid, (mib, _) in sorted(procs.items()))
+    return Evidence(
+        "log",
+        next(iter(procs.values()))[1],
+        None,
+        f"the process table in the log shows {len(procs)} processes holding memory on GPU {gpu} ({held}): "
+        "a second engine or job on the same GPU takes memory this run counted on",
     )
 
 
@@ -1554,8 +1579,6 @@ def _other_gpu_memory(
     for t, s in rows:
         if s.pid not in own:
             by_time[t] = by_time.get(t, 0.0) + s.used_mib
-    samples: list[GpuProcessSample] = [s for _, s in rows]
-    del samples
     return (max(by_time.values()) if by_time else 0.0), None
 
 

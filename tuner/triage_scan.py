@@ -113,6 +113,7 @@ INFO_NEEDLES: tuple[str, ...] = (
     "NVIDIA ",
     "world_size=",
     "KV cache memory: ",
+    "MiB",
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
@@ -210,6 +211,8 @@ class ScanResult:
     # 'Available KV cache memory: X GiB' as each worker logged it (vllm/v1/worker/gpu_worker.py), by the
     # worker's log prefix ('Worker_TP1', 'VllmWorker rank=1'; 'main' without one): the first value each
     kv_available: dict[str, float] = field(default_factory=dict)
+    # rows of an nvidia-smi or nvitop process table pasted into the log: (GPU index, pid, MiB, the row)
+    gpu_processes: list[tuple[int, int, float, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -377,6 +380,18 @@ _WORLD_SIZE = re.compile(r"\bworld_size=(\d+)")
 _KV_AVAILABLE = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
 _WORKER_PREFIX = re.compile(r"\((\w+(?: rank=\d+)?) pid=\d+\)")
 MAX_KV_WORKERS = 64
+# A process row of nvidia-smi's table: '|    0   N/A  N/A   1880122      C   python3      5102MiB |' (the
+# GI/CI columns since driver 450; without them before), and of nvitop's: '1880122 root  0  Compute  0%
+# 5102MiB  33% ...' (PID USER DEV TYPE GPU-SM GPU-MEM ...).
+_SMI_PROCESS = re.compile(
+    r"(?:^|\|)\s*(?P<gpu>\d{1,2})\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?P<pid>\d+)\s+(?:C|G|C\+G|M|M\+C)\s+"
+    r"\S.*?\s(?P<mib>\d+)\s*MiB\s*\|?\s*$"
+)
+_NVITOP_PROCESS = re.compile(
+    r"(?:^|[│|])\s*(?P<pid>\d+)\s+\S+\s+(?P<gpu>\d{1,2})\s+(?:Compute|Graphics|C\+G)\s+\S+\s+"
+    r"(?P<mib>[\d.]+)(?P<unit>MiB|GiB)\b"
+)
+MAX_PROCESS_ROWS = 256
 _CONFIG_KV = re.compile(r"\b(\w+)=([^,()\s]+)")
 
 
@@ -680,6 +695,12 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
             with contextlib.suppress(ValueError):  # '-.' and other digits-and-dots that are no number
                 res.kv_available.setdefault(prefixes[-1] if prefixes else "main", float(m.group(1)))
         return len(res.kv_available) >= MAX_KV_WORKERS
+    if needle == "MiB":
+        m = _SMI_PROCESS.search(text[:MAX_LINE]) or _NVITOP_PROCESS.search(text[:MAX_LINE])
+        if m:
+            mib = float(m.group("mib")) * (1024.0 if m.groupdict().get("unit") == "GiB" else 1.0)
+            res.gpu_processes.append((int(m.group("gpu")), int(m.group("pid")), mib, text.strip()[:300]))
+        return len(res.gpu_processes) >= MAX_PROCESS_ROWS
     if needle == "world_size=":
         # vllm/distributed/parallel_state.py init_distributed_environment: 'world_size=%d rank=%d ...'
         m = _WORLD_SIZE.search(text)
