@@ -2099,3 +2099,26 @@ def test_nvidia_smis_own_process_table_is_read(tmp_path: Path) -> None:
     # one process on the card (the run's own): the table is no evidence of another
     one = "".join(line for line in table.splitlines(keepends=True) if " 458 " not in line)
     assert diagnose(_write(tmp_path, "b.log", one + error)).cause == "no_kv_cache_memory"
+
+
+def test_out_of_memory_creating_the_cuda_context_means_the_card_was_already_full(tmp_path: Path) -> None:
+    # frames as vLLM 0.6 printed them (vllm-project/vllm#11560); the message is torch's C10_CUDA_CHECK
+    prefix = "(VllmWorkerProcess pid=232075) ERROR 12-29 07:45:20 multiproc_worker_utils.py:236] "
+    frames = [
+        "Exception in worker VllmWorkerProcess while processing method init_device.",
+        "Traceback (most recent call last):",
+        '  File "/x/site-packages/vllm/worker/worker.py", line 138, in init_device',
+        "    torch.cuda.set_device(self.device)",
+        '  File "/x/site-packages/torch/cuda/__init__.py", line 478, in set_device',
+        "    torch._C._cuda_setDevice(device)",
+        "RuntimeError: CUDA error: out of memory",
+    ]
+    d = diagnose(_write(tmp_path, "a.log", "".join(prefix + f + "\n" for f in frames)))
+    assert d.cause == "startup_free_memory_below_target"
+    # the same message from a graph capture's frames is an OOM of this process
+    frames[2:6] = [
+        '  File "/x/site-packages/vllm/worker/model_runner.py", line 1410, in capture',
+        '  File "/x/site-packages/torch/cuda/graphs.py", line 82, in capture_end',
+    ]
+    d = diagnose(_write(tmp_path, "b.log", "".join(prefix + f + "\n" for f in frames)))
+    assert d.cause == "oom_cudagraph_capture"

@@ -11,6 +11,10 @@
 #   other-process   a second process holds ~80% of the card; this one then asks for 0.9 x total memory as
 #                   one block, the way a server reserves its budget -> torch OOM naming the other process
 #   runtime-growth  a decode-like loop whose batch and cache grow every step until the allocator fails
+#   full-card       another process holds all but ~64 MiB of the card; this one's first CUDA call (context
+#                   creation) fails -> 'CUDA error: out of memory' without the allocator's numbers
+#   cublas-full     this process has its context, then another process takes all but ~8 MiB; its first
+#                   matmul creates the cuBLAS handle -> cuBLAS's allocation failure (or torch's OOM)
 # Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
 set -u
 . bench/gpu/corpus-lib.sh
@@ -80,6 +84,37 @@ print(f"holding {hog.numel() >> 20} MiB of {total >> 20} MiB", flush=True)
 time.sleep(float(sys.argv[2]))
 PY
 
+cat > "$W/hog_free.py" <<'PY'
+# hold all of the card's free memory but LEAVE_MIB, then touch READY and wait
+import sys, time, torch
+leave, ready, secs = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+free, total = torch.cuda.mem_get_info()
+hog = torch.empty(free - (leave << 20), dtype=torch.uint8, device="cuda")
+print(f"holding {hog.numel() >> 20} MiB of {total >> 20} MiB", flush=True)
+open(ready, "w").close()
+time.sleep(secs)
+PY
+
+cat > "$W/first_call.py" <<'PY'
+import torch
+print("creating the CUDA context on a card another process filled", flush=True)
+x = torch.zeros(1024, 1024, device="cuda")
+print("context created", flush=True)
+PY
+
+cat > "$W/cublas_late.py" <<'PY'
+import os, sys, time, torch
+x = torch.randn(4096, 4096, device="cuda")
+open(sys.argv[1], "w").close()
+print(f"context and inputs ready ({torch.cuda.memory_allocated() >> 20} MiB); waiting for the other process", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.1)
+print(f"free now {torch.cuda.mem_get_info()[0] >> 20} MiB; first matmul", flush=True)
+y = x @ x
+torch.cuda.synchronize()
+print("matmul done", flush=True)
+PY
+
 cat > "$W/budget.py" <<'PY'
 import torch
 free, total = torch.cuda.mem_get_info()
@@ -132,12 +167,37 @@ run_case other-process 30 other_case
 
 run_case runtime-growth 40 timeout 60 "$PY" "$W/runtime_growth.py"
 
+full_card_case() {
+  rm -f "$W/held"
+  "$PY" "$W/hog_free.py" 64 "$W/held" 25 > "$W/hog-full-card.out" 2>&1 & local hp=$!
+  for _ in $(seq 100); do [ -e "$W/held" ] && break; sleep 0.2; done
+  timeout 60 "$PY" "$W/first_call.py"
+  local rc=$?
+  kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
+  return $rc
+}
+run_case full-card 30 full_card_case
+
+cublas_case() {
+  rm -f "$W/ready" "$W/held"
+  timeout 60 "$PY" "$W/cublas_late.py" "$W/ready" "$W/held" & local bp=$!
+  for _ in $(seq 100); do [ -e "$W/ready" ] && break; sleep 0.2; done
+  "$PY" "$W/hog_free.py" 8 "$W/held" 25 > "$W/hog-cublas-full.out" 2>&1 & local hp=$!
+  wait "$bp"
+  local rc=$?
+  kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
+  return $rc
+}
+run_case cublas-full 30 cublas_case
+
 # Corpus metadata, then what triage says about each (JSON), for the report.
 tel() { echo "telemetry = \"gpu-h200-$1-dmon.txt\""; echo "telemetry_nvml = \"gpu-h200-$1-nvml.csv\""; }
 corpus_toml oom.sh graph-capture oom_cudagraph_capture "torch OutOfMemoryError raised inside torch.cuda.graph capture (torch/cuda/graphs.py in the traceback) with ~1 GiB free" "$(tel graph-capture)"
 corpus_toml oom.sh other-process startup_free_memory_below_target "torch OOM reserving 0.9 x total while another process (listed by PyTorch, and in gpu-processes.csv) held ~80% of the card" "$(tel other-process)"
 corpus_toml oom.sh runtime-growth oom_runtime_under_load "torch OOM after many steps of a growing batch/cache; memory plateaued at capacity in dmon/NVML" "$(tel runtime-growth)"
-for name in graph-capture other-process runtime-growth; do
+corpus_toml oom.sh full-card startup_free_memory_below_target "the first CUDA call of a process fails with 'CUDA error: out of memory' while another process (gpu-processes.csv) holds all but ~64 MiB of the card" "$(tel full-card)"
+corpus_toml oom.sh cublas-full startup_free_memory_below_target "the first matmul (cuBLAS handle) fails for memory after another process (gpu-processes.csv) took all but ~8 MiB of the card" "$(tel cublas-full)"
+for name in graph-capture other-process runtime-growth full-card cublas-full; do
   triage_case "$name" --telemetry "$C/gpu-h200-$name-dmon.txt"
 done
 pack oom "nvrm|xid|oom"
