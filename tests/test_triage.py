@@ -1920,9 +1920,44 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "same GPU - loading from disk would cause OOM.\n",
             "unknown",
         ),
+        # round 17
+        (
+            "ValueError: Cannot find model module. 'MiniMaxM1ForCausalLM' is not a registered model in "
+            "the Transformers library (only relevant if the model is meant to be in Transformers) and "
+            "'AutoModel' is not present in the model config's 'auto_map' (relevant if custom).\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError : the model's max seq len (32768) is larger than the maxinum number of tokens that "
+            "can be stored in KV cache, Try increasing 'gpu_memory_utilization'\n",
+            "kv_cache_too_small_for_max_model_len",
+        ),
+        (
+            "/usr/bin/ld: cannot find -lcuda\ncollect2: error: ld returned 1 exit status\n",
+            "config_error_not_resource",
+        ),
+        ("AssertionError: libcuda.so cannot found!\n", "config_error_not_resource"),
+        (
+            "Not enough memory to handle 16000 total tokens with 2 prefill tokens. You need to decrease "
+            "`--max-batch-total-tokens` or `--max-batch-prefill-tokens`\n",
+            "oom_sampler_warmup_or_profile_run",
+        ),
+        ("CUDA OutOfMemory even after warmup phase succeeded\n", "oom_runtime_under_load"),
+        ("[Bug]: OutOfMemoryError when server running multi requests\n", "oom_runtime_under_load"),
+        ("[Bug]: CUDA OOM with a 32k prompt on two RTX 3090s\n", "oom_runtime_under_load"),
+        (
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n",
+            "host_ram_oom_killed",
+        ),
+        ("[Bug]: CompressedTensorsW4A16Fp4 is not support on turing\n", "quant_or_dtype_unsupported_on_gpu"),
+        ("Tensor parallelism is not supported on Turing for this model\n", "unknown"),
+        (
+            "ValueError: Attempted to assign 702 = 702 multimodal tokens to 703 placeholders\n",
+            "config_error_not_resource",
+        ),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_15(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_17(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 

@@ -594,7 +594,8 @@ def _weigh(ctx: _Context, cands: dict[str, _Candidate]) -> list[_Candidate]:
                 c.extra.append(ev)
                 cands[c.cause] = c
         elif tel.peak_used_mib is not None:
-            where = "memory below capacity" if (tel.total_mib or total) else "the GPU's capacity is not recorded"
+            known = tel.total_mib or total
+            where = "memory below capacity" if known else "the GPU's capacity is not recorded"
             ev = Evidence("telemetry", _tel_text(tel, total), None, f"{tel.format}: {where}")
             for cause in GPU_OOM_CAUSES:
                 if cause in cands:
