@@ -84,7 +84,7 @@ if __name__ == "__main__":
     mp.spawn(run, nprocs=2, join=True)
 PY
 
-cat > "$W/pinned_host.py" <<'PY'
+cat > "$W/host_tier.py" <<'PY'
 import os, torch
 ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 want = int(1.5 * ram)
@@ -118,7 +118,7 @@ if [ "$NGPU" -ge 2 ]; then
 else
   echo "nccl-timeout, nccl-no-iface: skipped (one GPU)"
 fi
-run_case pinned-host timeout 180 "$PY" "$W/pinned_host.py"
+run_case pinned-host timeout 180 "$PY" "$W/host_tier.py"
 CUDA_VISIBLE_DEVICES=0 run_case bad-ordinal timeout 60 "$PY" "$W/bad_ordinal.py"
 
 corpus_toml failures.sh device-assert illegal_memory_access_software_bug "an index out of range on the GPU trips PyTorch's device-side bounds assert: a software bug, not memory or hardware"
