@@ -1536,10 +1536,7 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
         ),
         ("RuntimeError: Unsupported block size: 256\n", "config_error_not_resource"),
         # a GPU guard is not a configuration error: its own signature (flash_attn.arch) names it
-        (
-            "RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n",
-            "quant_or_dtype_unsupported_on_gpu",
-        ),
+        ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n", "arch_no_kernel_image"),
         ("RuntimeError: Unsupported head size on this device: 72\n", "unknown"),
         (
             "(Worker pid=4) Loading safetensors checkpoint shards:  10% Completed | 6/62 "
@@ -1550,6 +1547,8 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
             "Loading safetensors checkpoint shards: 100% Completed | 62/62 [05:29<00:00,  5.75s/it]\n",
             "unknown",
         ),
+        # only the bar drawn (0/N), as an excerpt cut at the start of loading shows it: no evidence either way
+        ("Loading safetensors checkpoint shards:   0% Completed | 0/2 [00:00<?, ?it/s]\n", "unknown"),
         (
             "CUDA runtime error: out of memory /opt/lmdeploy/src/turbomind/utils/allocator.h:231\n",
             "oom_runtime_under_load",
@@ -1955,9 +1954,65 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "ValueError: Attempted to assign 702 = 702 multimodal tokens to 703 placeholders\n",
             "config_error_not_resource",
         ),
+        # round 18
+        (
+            "Could not import Flash Attention enabled models: "
+            "GPU with CUDA capability 7 0 is not supported\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "NotImplementedError: Sharded Llama requires Flash Attention enabled models.\n",
+            "arch_no_kernel_image",
+        ),
+        ("RuntimeError: UVA is not available\n", "host_pinned_memory_swap_space"),
+        (
+            "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
+            "/lmdeploy/src/turbomind/utils/memory_utils.cu:32\n",
+            "oom_weights_do_not_fit",
+        ),
+        (
+            "NCCL WARN NCCL cannot be captured in a graph if either it wasn't built with CUDA runtime "
+            ">= 11.3 or if the installed CUDA driver < R465.\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        ("TypeError: 'type' object is not subscriptable\n", "config_error_not_resource"),
+        (
+            "TypeError: unsupported operand type(s) for |: 'type' and 'NoneType'\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ptxas /tmp/compile-ptx-src-b5bf24, line 372; error   : Feature '.bf16' requires .target sm_80 "
+            "or higher\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "ptxas /tmp/x.ptx, line 5; error   : Feature 'wgmma.mma_async' requires .target sm_90a\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ImportError: cannot import name 'RootModel' from 'pydantic' "
+            "(/env/lib/python3.9/site-packages/pydantic/__init__.cpython-39-x86_64-linux-gnu.so)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "RuntimeError: unable to open shared memory object </torch_1_2004494542_0> in read-write mode: "
+            "Permission denied (13)\n",
+            "shm_insufficient",
+        ),
+        (
+            "RuntimeError: unable to open shared memory object </torch_1_2_0> in read-write mode: "
+            "Too many open files (24)\n",
+            "unknown",
+        ),
+        ("qwen3没有vllm引擎，部署qwen2.5-VL-7b爆显存\n", "oom_runtime_under_load"),
+        ("加载模型时显存不足\n", "oom_weights_do_not_fit"),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_17(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_18(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 

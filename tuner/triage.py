@@ -477,13 +477,14 @@ _SHARD_PROGRESS = re.compile(r"Loading (?:safetensors |pt )?checkpoint shards:\s
 
 
 def _stopped_while_loading(res: ScanResult) -> tuple[int, str] | None:
-    """The last line when it is unfinished checkpoint-shard progress (vLLM's weight_utils.py tqdm bar,
-    transformers' 'Loading checkpoint shards'), else None."""
+    """The last line when it is unfinished checkpoint-shard progress with at least one shard read (vLLM's
+    weight_utils.py tqdm bar, transformers' 'Loading checkpoint shards'), else None."""
     for no, text in reversed(res.tail):
         if not text.strip() or re.fullmatch(r"\s*(\([^)]*\)\s*)?", text):
             continue  # a blank line or a bare '(Worker pid=N)' prefix before the bar
         m = _SHARD_PROGRESS.search(text)
-        if m and int(m.group(2)) < int(m.group(3)):
+        # at 0/N the bar has only been drawn: an excerpt cut there says nothing of how loading ended
+        if m and 0 < int(m.group(2)) < int(m.group(3)):
             return no, text.strip()
         return None
     return None
