@@ -2008,6 +2008,22 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "Too many open files (24)\n",
             "unknown",
         ),
+        # swept from TGI's and LMDeploy's raise statements
+        (
+            "NotImplementedError: Using quantized Marlin models requires a GPU with CUDA capability 8.0 "
+            "or later.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        ("RuntimeError: No enough gpu memory for runtime.\n", "no_kv_cache_memory"),
+        (
+            "RuntimeError: Your device does not supports bf16(bfloat16), please change to fp16(float16)\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "RuntimeError: Speculative decoding on CUDA requires FlashAttention-3 (FA3), which needs SM80+ "
+            "(Ampere and above) with CUDA >= 12.3 and flash-attn installed. Detected: SM7.5\n",
+            "arch_no_kernel_image",
+        ),
         ("qwen3没有vllm引擎，部署qwen2.5-VL-7b爆显存\n", "oom_runtime_under_load"),
         ("加载模型时显存不足\n", "oom_weights_do_not_fit"),
     ],
@@ -2212,3 +2228,18 @@ def test_out_of_memory_creating_the_cuda_context_means_the_card_was_already_full
     ]
     d = diagnose(_write(tmp_path, "b.log", "".join(prefix + f + "\n" for f in frames)))
     assert d.cause == "oom_cudagraph_capture"
+
+
+def test_an_lmdeploy_log_gets_lmdeploys_options_not_vllms(tmp_path: Path) -> None:
+    log = _write(
+        tmp_path,
+        "lmdeploy.log",
+        '  File "/env/lib/python3.10/site-packages/lmdeploy/pytorch/engine/executor/base.py", line 179, '
+        "in _get_num_gpu_blocks\n"
+        "RuntimeError: No enough gpu memory for kv cache.\n",
+    )
+    d = diagnose(log)
+    assert d.cause == "no_kv_cache_memory"
+    assert d.remediation.flag_changes == {}
+    assert "--tp" in d.remediation.summary and "--gpu-memory-utilization" not in d.remediation.summary
+    assert not any("--gpu-memory-utilization" in a.summary for a in d.remediation.alternatives)

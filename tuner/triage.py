@@ -1408,12 +1408,19 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             summary = f"vLLM rejected its configuration: {text[:300]}"
     if _engine(ctx, top) != "vllm":
         summary, flags, env, alts = _other_engine(ctx, top, summary, flags, env, alts)
+        # the cause's generic alternatives name vLLM's options; another server's log keeps only the others
+        base_alts = [a for a in base_alts if "--" not in a.summary]
     return Remediation(
         summary=summary.strip(), flag_changes=flags, env_changes=env, alternatives=tuple(alts + base_alts)
     )
 
 
-ENGINE_NAMES = {"tgi": "text-generation-inference", "sglang": "SGLang"}
+ENGINE_NAMES = {
+    "tgi": "text-generation-inference",
+    "sglang": "SGLang",
+    "lmdeploy": "LMDeploy",
+    "turbomind": "LMDeploy (TurboMind)",
+}
 
 
 def _engine(ctx: _Context, top: _Candidate) -> str:
@@ -1469,6 +1476,16 @@ def _other_engine(
         return (
             f"{name}'s warm-up (its profiling run) ran out of GPU memory: lower --max-batch-prefill-tokens "
             "(and --max-input-tokens / --max-total-tokens), or shard over more GPUs (--num-shard).",
+            {},
+            {},
+            [],
+        )
+    if engine in ("lmdeploy", "turbomind") and top.cause == "no_kv_cache_memory":
+        return (
+            f"{name} found no room for its KV cache after the weights: shard the model over more GPUs "
+            "(--tp), serve a 4-bit AWQ/GPTQ checkpoint (--model-format awq), or lower --session-len and "
+            "--max-batch-size; --cache-max-entry-count is the share of the memory left after the weights "
+            "that the cache may take.",
             {},
             {},
             [],

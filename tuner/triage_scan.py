@@ -110,6 +110,7 @@ INFO_NEEDLES: tuple[str, ...] = (
     "version ",
     "text_generation_",
     "sglang",
+    "lmdeploy",
     "NVIDIA ",
     "world_size=",
     "KV cache memory: ",
@@ -117,7 +118,7 @@ INFO_NEEDLES: tuple[str, ...] = (
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
-ENGINE_NEEDLES = {"text_generation_": "tgi", "sglang": "sglang"}
+ENGINE_NEEDLES = {"text_generation_": "tgi", "sglang": "sglang", "lmdeploy": "lmdeploy"}
 
 
 @dataclass(frozen=True)
