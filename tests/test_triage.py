@@ -2024,6 +2024,17 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "(Ampere and above) with CUDA >= 12.3 and flash-attn installed. Detected: SM7.5\n",
             "arch_no_kernel_image",
         ),
+        # CUDA runtime error strings (cudaGetErrorString) as PyTorch prints them
+        ("RuntimeError: CUDA error: too many resources requested for launch\n", "arch_no_kernel_image"),
+        ("RuntimeError: CUDA error: PTX JIT compiler library not found\n", "cuda_driver_runtime_mismatch"),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, opa, "
+            "opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, "
+            "CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        ("RuntimeError: CUDA error: hardware stack error\n", "illegal_memory_access_software_bug"),
+        ("RuntimeError: CUDA error: named symbol not found\n", "arch_no_kernel_image"),
         ("qwen3没有vllm引擎，部署qwen2.5-VL-7b爆显存\n", "oom_runtime_under_load"),
         ("加载模型时显存不足\n", "oom_weights_do_not_fit"),
     ],
