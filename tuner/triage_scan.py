@@ -73,6 +73,7 @@ ANCHORS: tuple[str, ...] = (
     "lost",
     "parallel size",
     "recogni",
+    "not found",
 )
 # Words common in a healthy log: they only serve stage landmarks and configuration lines, which retire.
 LANDMARK_ANCHORS: tuple[str, ...] = (
@@ -110,7 +111,6 @@ INFO_NEEDLES: tuple[str, ...] = (
     "version ",
     "text_generation_",
     "sglang",
-    "lmdeploy",
     "NVIDIA ",
     "world_size=",
     "KV cache memory: ",
@@ -118,7 +118,7 @@ INFO_NEEDLES: tuple[str, ...] = (
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
-ENGINE_NEEDLES = {"text_generation_": "tgi", "sglang": "sglang", "lmdeploy": "lmdeploy"}
+ENGINE_NEEDLES = {"text_generation_": "tgi", "sglang": "sglang"}
 
 
 @dataclass(frozen=True)
@@ -655,8 +655,11 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
     if 'File "' in text:
         m = _FRAME.search(text[:MAX_LINE])
         if m:
-            res.recent_frames.append((line_no, m.group("path").replace("\\", "/")))
+            path = m.group("path").replace("\\", "/")
+            res.recent_frames.append((line_no, path))
             del res.recent_frames[:-KEEP_FRAMES]
+            if res.engine == "vllm" and not res.vllm_version and "/lmdeploy/" in path:
+                res.engine = "lmdeploy"  # LMDeploy's frames: its messages get its options, not vLLM's
         return
     if "Error" not in text and "Exception" not in text and "Exit" not in text and "Interrupt" not in text:
         return
