@@ -2037,9 +2037,52 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
         ("RuntimeError: CUDA error: named symbol not found\n", "arch_no_kernel_image"),
         ("qwen3没有vllm引擎，部署qwen2.5-VL-7b爆显存\n", "oom_runtime_under_load"),
         ("加载模型时显存不足\n", "oom_weights_do_not_fit"),
+        # round 19
+        (
+            "[rank8] Warning: Unable to resolve hostname to a (local) address. Using the loopback\n"
+            "        address as fallback. Manually set the network interface with GLOO_SOCKET_IFNAME\n"
+            "RuntimeError: Gloo connectFullMesh failed ...\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Gloo connectFullMesh failed with "
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            "RuntimeError: Version mismatch: The cluster was started with:\n    Ray: 2.43.0\n",
+            "config_error_not_resource",
+        ),
+        (
+            "(autoscaler +13s) Error: No available node types can fulfill resource request "
+            "{'node:111.6.168.225': 0.001, 'GPU': 1.0}. Add suitable node types to this cluster.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "Value error, Tensor parallel size (16) cannot be larger than the number of available GPUs (8)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "  Value error, max_num_batched_tokens (2048) is smaller than max_model_len (32768). "
+            "[type=value_error]\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: GGUF quantization hasn't supported tensor parallelism yet.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Not enough host memory available. Requesting 40.00 GB but only have 44.87 GB free. "
+            "Please reduce the size of the hierarchical cache.\n",
+            "host_pinned_memory_swap_space",
+        ),
+        (
+            "[Bug]: The quantization method mxfp4 is not supported for the current GPU SM75\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_18(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_19(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
@@ -2254,3 +2297,28 @@ def test_an_lmdeploy_log_gets_lmdeploys_options_not_vllms(tmp_path: Path) -> Non
     assert d.remediation.flag_changes == {}
     assert "--tp" in d.remediation.summary and "--gpu-memory-utilization" not in d.remediation.summary
     assert not any("--gpu-memory-utilization" in a.summary for a in d.remediation.alternatives)
+
+
+def test_tensor_parallel_above_the_available_gpus_fits_the_gpus(tmp_path: Path) -> None:
+    d = diagnose(
+        _write(
+            tmp_path,
+            "vllm.log",
+            "Value error, Tensor parallel size (16) cannot be larger than the number of available GPUs (8)\n",
+        )
+    )
+    assert d.remediation.flag_changes == {"--tensor-parallel-size": "8"}
+
+
+def test_an_oom_above_the_marlin_repack_call_is_a_loading_oom(tmp_path: Path) -> None:
+    # vllm-project/vllm#7793 as posted: the OOM line, then the repack call's source line and its file
+    log = _write(
+        tmp_path,
+        "vllm.log",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 140.00 MiB. GPU 0 has a total "
+        "capacity of 23.67 GiB of which 37.88 MiB is free. Process 258755 has 23.63 GiB memory in use.\n"
+        "marlin_qweight = ops.gptq_marlin_repack(b_q_weight=pack_fp8_to_int32(\n"
+        '  File "/usr/local/lib/python3.10/dist-packages/vllm/model_executor/layers/quantization/utils/'
+        'marlin_utils_fp8.py"\n',
+    )
+    assert diagnose(log).cause == "oom_weights_do_not_fit"

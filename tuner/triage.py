@@ -1370,7 +1370,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 "config.json and the weights (use an absolute path), or give a valid repo id. "
                 "Not a memory problem."
             )
-        elif "vllm.tp_above_local_gpus" in top.sig_ids:
+        elif top.sig_ids & {"vllm.tp_above_local_gpus", "vllm.tp_above_available_gpus"}:
             visible = _f(g, "gpus")
             summary = (
                 "More tensor-parallel ranks than GPUs this process can see"
