@@ -2080,6 +2080,18 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "[Bug]: The quantization method mxfp4 is not supported for the current GPU SM75\n",
             "quant_or_dtype_unsupported_on_gpu",
         ),
+        # PyTorch's allocator asserting on NVML while it builds its OOM message, the C++ allocator, elastic
+        (
+            'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "../c10/cuda/CUDACachingAllocator.cpp"'
+            ":830, please report a bug to PyTorch.\n",
+            "oom_runtime_under_load",
+        ),
+        ("terminate called after throwing an instance of 'std::bad_alloc'\n", "host_ram_oom_killed"),
+        ("  exitcode  : -9 (pid: 3303)\n", "host_ram_oom_killed"),
+        (
+            'RuntimeError: some check INTERNAL ASSERT FAILED at "../aten/src/ATen/native/x.cpp":12\n',
+            "unknown",
+        ),
     ],
 )
 def test_messages_read_in_their_sources_rounds_11_to_19(tmp_path: Path, text: str, cause: str) -> None:
