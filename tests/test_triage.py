@@ -2092,9 +2092,48 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             'RuntimeError: some check INTERNAL ASSERT FAILED at "../aten/src/ATen/native/x.cpp":12\n',
             "unknown",
         ),
+        # round 20
+        (
+            "(EngineCore pid=84) torch._inductor.exc.InductorError: PermissionError: [Errno 13] Permission "
+            "denied: '/.triton'\n",
+            "config_error_not_resource",
+        ),
+        ("permissionError: [error 13] Permission denied: '/.cache'\n", "config_error_not_resource"),
+        (
+            "OSError: [Errno 30] Read-only file system: '/model-cache/models--meta-llama--Llama-3.1-8B'\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Current node has no GPU available. current_node_resource={'memory': 36000000000.0, "
+            "'GPU': 0.05}.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "Weight input_size_per_partition = 7392 is not divisible by min_thread_k = 128. "
+            "Consider reducing tensor_parallel_size or running with --quantization gptq.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "`unsloth/mistral-7b-v0.3-bnb-4bit` with error : ` KeyError: 'layers.0.mlp.down_proj.weight'`\n",
+            "config_error_not_resource",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.59 GiB. GPU 0 has a total "
+            "capacity of 47.50 GiB of which 590.81 MiB is free. "
+            "Process 3075961 has 474.00 MiB memory in use. "
+            "Process 4057874 has 20.04 GiB memory in use. Process 4060801 has 26.40 GiB memory in use.\n",
+            "startup_free_memory_below_target",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.59 GiB. GPU 0 has a total "
+            "capacity of 47.50 GiB of which 590.81 MiB is free. "
+            "Process 3075961 has 474.00 MiB memory in use. "
+            "Process 4060801 has 46.40 GiB memory in use.\n",
+            "oom_runtime_under_load",
+        ),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_19(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_20(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
@@ -2334,3 +2373,35 @@ def test_an_oom_above_the_marlin_repack_call_is_a_loading_oom(tmp_path: Path) ->
         'marlin_utils_fp8.py"\n',
     )
     assert diagnose(log).cause == "oom_weights_do_not_fit"
+
+
+def test_a_command_pasted_over_several_lines_names_the_model_whose_weights_exceed_the_card(
+    tmp_path: Path,
+) -> None:
+    # vllm-project/vllm#2363 as posted: the OOM line, then the command split with backslashes
+    log = _write(
+        tmp_path,
+        "vllm.log",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a total "
+        "capacty of 39.39 GiB of which 17.94 MiB is free. Including non-PyTorch memory, this process has "
+        "39.36 GiB memory in use. Of the allocated memory 38.72 GiB is allocated by PyTorch\n"
+        "python -m vllm.entrypoints.openai.api_server \\\n"
+        "--model mistralai/Mixtral-8x7B-v0.1\n",
+    )
+    d = diagnose(log)
+    assert d.cause == "oom_weights_do_not_fit"
+    assert any("at least 42B parameters" in e.text for e in d.evidence)
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        ("mistralai/Mixtral-8x7B-v0.1", 42.0),
+        ("mistralai/Mixtral-8x22B-Instruct-v0.1", 132.0),
+        ("x/Llama-70B", 70.0),
+    ],
+)
+def test_parameters_from_a_name_with_a_floor_for_a_mixture_of_experts(name: str, billions: float) -> None:
+    from tuner.triage_weights import params_from_name
+
+    assert params_from_name(name) == billions

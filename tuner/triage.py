@@ -290,6 +290,8 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
     if listed:
         facts["listed_processes"] = sum(listed)
         facts["listed_count"] = len(listed)
+        facts["listed_max"] = max(listed)
+        facts["listed_big"] = sum(1 for p in listed if p >= UNLISTED_OTHERS_FLOOR_MIB)
     return facts
 
 
@@ -327,6 +329,10 @@ def _other_process_mib(facts: dict[str, float]) -> float | None:
         return remainder
     if "listed_processes" not in facts and remainder is not None:
         return 0.0
+    if "listed_processes" in facts and "this_process" not in facts and facts.get("listed_big", 0) >= 2:
+        # two or more listed processes each hold gigabytes: whichever of them is this one, the others
+        # are jobs of their own (sibling ranks' contexts on device 0 hold a few hundred MiB)
+        return facts["listed_processes"] - facts["listed_max"]
     if "listed_processes" not in facts or "this_process" not in facts:
         # without "this process has", a listed process may be this one (pid namespaces differ in
         # containers), and the others may be sibling ranks' CUDA contexts on device 0 (TensorRT-LLM,

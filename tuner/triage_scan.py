@@ -103,6 +103,7 @@ LANDMARK_ANCHORS: tuple[str, ...] = (
 INFO_NEEDLES: tuple[str, ...] = (
     "vllm serve ",
     "vllm.entrypoints.",
+    "--model",
     "non-default args:",
     "args: Namespace(",
     "with config:",
@@ -437,6 +438,23 @@ def _parse_command_line(text: str, into: dict[str, Any]) -> bool:
     env = re.search(r"\bCUDA_VISIBLE_DEVICES=([\d,]+)", text[: m.start(1)])
     if env:
         into.setdefault("CUDA_VISIBLE_DEVICES", env.group(1))
+    return _parse_flags(cmd, into)
+
+
+# A continuation line of a command pasted over several lines ('python -m vllm.entrypoints... \' then
+# '--model M \'), or the arguments after a container image ('vllm/vllm-openai:latest --model M').
+_FLAGS_LINE = re.compile(r"^\s*(?:\S*vllm-openai\S*\s+)?(--model[\s=].*)$|\svllm/vllm-openai\S*\s+(--.*)$")
+
+
+def _parse_continuation(text: str, into: dict[str, Any]) -> bool:
+    """Arguments on a line that carries on a pasted command ('--model M --max-model-len 4096 \\')."""
+    m = _FLAGS_LINE.search(text[:MAX_LINE])
+    if m is None:
+        return False
+    return _parse_flags(m.group(1) or m.group(2), into)
+
+
+def _parse_flags(cmd: str, into: dict[str, Any]) -> bool:
     try:
         toks = shlex.split(cmd, comments=False)
     except ValueError:
@@ -716,6 +734,8 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
         return True
     if needle in ("vllm serve ", "vllm.entrypoints."):
         return _parse_command_line(text, res.args)
+    if needle == "--model":
+        return _parse_continuation(text, res.args) and "model" in res.args
     if "device_config=cpu" in text:
         res.cpu_backend = True
     if res.vllm_version is None:

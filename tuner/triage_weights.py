@@ -11,8 +11,8 @@ config: model=...``, vllm/engine/llm_engine.py).
 How the bytes are counted: tuner.models resolves the name (built-in profile, local folder, Hugging
 Face cache) and counts the weights from safetensors headers or config.json shapes x quantization.
 When the name cannot be resolved on this machine (a path or repo id only the crashed host had), the
-parameter count in the name ("70B", "72B", "8x7B" is not read) times the bytes per parameter of the
-logged dtype / quantization gives an estimate, and says so.
+parameter count in the name ("70B", "72B"; "8x7B" as a floor of 0.75 x 8 x 7) times the bytes per
+parameter of the logged dtype / quantization gives an estimate, and says so.
 """
 
 from __future__ import annotations
@@ -80,10 +80,19 @@ def model_name(argv: list[str], logged: Mapping[str, Any], plan: Mapping[str, An
     return None
 
 
+# A mixture of experts named 'NxMB' shares its attention and embeddings among the experts, so it holds
+# fewer than N x M billion parameters: Mixtral-8x7B 46.7B (0.83 of 56), Mixtral-8x22B 141B (0.80 of
+# 176). This share of the product is a floor, good for 'the weights alone exceed the card'.
+MOE_SHARE_FLOOR = 0.75
+
+
 def params_from_name(name: str) -> float | None:
-    """Parameters in billions from a repo name ('Llama-2-70b-hf' -> 70, 'Qwen2-VL-72B' -> 72); None
-    for a mixture-of-experts name ('8x7B': shared layers make the product wrong) or no count."""
+    """Parameters in billions from a repo name ('Llama-2-70b-hf' -> 70, 'Qwen2-VL-72B' -> 72; a
+    mixture of experts 'Mixtral-8x7B' -> at least 42); None when the name holds no count."""
     base = name.rstrip("/")
+    moe = re.search(r"(\d+)\s*x\s*(\d+(?:\.\d+)?)\s*[bB]", base.rsplit("/", 1)[-1])
+    if moe:
+        return round(int(moe.group(1)) * float(moe.group(2)) * MOE_SHARE_FLOOR, 1)
     if _MOE_NAME.search(base):
         return None
     m = _PARAMS.search(base.rsplit("/", 1)[-1]) or _PARAMS.search(base)
@@ -122,7 +131,8 @@ def estimate_from_name(name: str, dtype: Any = None, quantization: Any = None) -
         name=name,
         total_bytes=total,
         how=(
-            f"estimate: {billions:g}B parameters (from the name) x {BYTES_PER_PARAM[scheme]:g} bytes "
+            f"estimate: {'at least ' if _MOE_NAME.search(name) else ''}{billions:g}B parameters "
+            f"(from the name) x {BYTES_PER_PARAM[scheme]:g} bytes "
             f"({scheme}, {why})"
         ),
         estimate=True,
