@@ -2131,9 +2131,69 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "Process 4060801 has 46.40 GiB memory in use.\n",
             "oom_runtime_under_load",
         ),
+        # round 21
+        (
+            "ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this "
+            "configuration. "
+            "Reason: ['head_size not supported']\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this "
+            "configuration. "
+            "Reason: ['compute capability not supported']\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "RuntimeError: Failed to load the model config. If the model is a custom model not yet available "
+            "in the HuggingFace transformers library, consider setting trust_remote_code=True\n",
+            "config_error_not_resource",
+        ),
+        (
+            "This kernel only supports sm120.\ncudaErrorLaunchFailure: unspecified launch failure\n",
+            "arch_no_kernel_image",
+        ),
+        ("WARNING this kernel only supports sm90, falling back to the Triton path\n", "unknown"),
+        (
+            "error: unknown: failed to verify the compilation unit (error 7: NVVM_ERROR_INVALID_OPTION),\n"
+            "libNVVM extra log: libnvvm : error: -arch=compute_ is an unsupported option\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "void cutlass::arch::Mma<cutlass::gemm::GemmShape<16, 8, 32>, 32, cutlass::float_e4m3_t, "
+            "cutlass::layout::RowMajor>::operator()(...) const [with Operator_ = "
+            "cutlass::arch::OpMultiplyAddFastAccum] not implemented\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "Memory access fault by GPU node-2 (Agent handle: 0x5a0d7202eab0) on address 0x7d35a0c00000. "
+            "Reason: Unknown.\n",
+            "illegal_memory_access_software_bug",
+        ),
+        (
+            "kernel: NVRM: GPU0 _issueRpcAndWait: rpcSendMessage failed with status 0x0000000f for fn 10 "
+            "sequence 759!\n",
+            "gpu_hardware_fault",
+        ),
+        (
+            "(LLMRayActor pid=90738, ip=172.19.24.110) mlx5: host_unknown: got completion with error:\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            "AttributeError: Qwen2Tokenizer has no attribute all_special_tokens_extended. "
+            "Did you mean: 'num_special_tokens_to_add'?\n",
+            "config_error_not_resource",
+        ),
+        ("AttributeError: 'NoneType' object has no attribute 'shape'\n", "unknown"),
+        (
+            '  File "/x/vllm/v1/attention/backends/flash_attn.py", line 155, in __init__\n'
+            "    assert is_fa_version_supported(self.fa_version)\n"
+            "AssertionError\n",
+            "arch_no_kernel_image",
+        ),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_20(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_21(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
