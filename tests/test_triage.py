@@ -2131,6 +2131,15 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "Process 4060801 has 46.40 GiB memory in use.\n",
             "oom_runtime_under_load",
         ),
+        # vllm-project/vllm#7793 as posted: the OOM line, then the Marlin repack call's source line and file
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 140.00 MiB. GPU 0 has a total "
+            "capacity of 23.67 GiB of which 37.88 MiB is free. Process 258755 has 23.63 GiB memory in use.\n"
+            "marlin_qweight = ops.gptq_marlin_repack(b_q_weight=pack_fp8_to_int32(\n"
+            '  File "/usr/local/lib/python3.10/dist-packages/vllm/model_executor/layers/quantization/utils/'
+            'marlin_utils_fp8.py"\n',
+            "oom_weights_do_not_fit",
+        ),
         # round 21
         (
             "ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this "
@@ -2264,19 +2273,6 @@ def test_tensor_parallel_ranks_with_far_apart_kv_budgets_mean_another_process_on
     assert d.cause == "no_kv_cache_memory"
 
 
-def test_sglang_weights_leave_no_kv_raises_the_static_fraction_above_its_own_floor(tmp_path: Path) -> None:
-    log = _write(
-        tmp_path,
-        "sglang.log",
-        "[2026-08-28 01:41:17] Load weight end. elapsed=0.60 s\n"
-        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7. "
-        "Raise --mem-fraction-static above 0.773 (minimum viable = 1 - available/pre = 0.7722).\n",
-    )
-    d = diagnose(log)
-    assert d.cause == "no_kv_cache_memory"
-    assert d.remediation.flag_changes == {"--mem-fraction-static": "0.80"}
-
-
 def test_an_oom_in_vllms_kernel_warmup_frames_is_a_warmup_oom(tmp_path: Path) -> None:
     log = _write(
         tmp_path,
@@ -2395,21 +2391,6 @@ def test_out_of_memory_creating_the_cuda_context_means_the_card_was_already_full
     assert d.cause == "oom_cudagraph_capture"
 
 
-def test_an_lmdeploy_log_gets_lmdeploys_options_not_vllms(tmp_path: Path) -> None:
-    log = _write(
-        tmp_path,
-        "lmdeploy.log",
-        '  File "/env/lib/python3.10/site-packages/lmdeploy/pytorch/engine/executor/base.py", line 179, '
-        "in _get_num_gpu_blocks\n"
-        "RuntimeError: No enough gpu memory for kv cache.\n",
-    )
-    d = diagnose(log)
-    assert d.cause == "no_kv_cache_memory"
-    assert d.remediation.flag_changes == {}
-    assert "--tp" in d.remediation.summary and "--gpu-memory-utilization" not in d.remediation.summary
-    assert not any("--gpu-memory-utilization" in a.summary for a in d.remediation.alternatives)
-
-
 def test_tensor_parallel_above_the_available_gpus_fits_the_gpus(tmp_path: Path) -> None:
     d = diagnose(
         _write(
@@ -2419,20 +2400,6 @@ def test_tensor_parallel_above_the_available_gpus_fits_the_gpus(tmp_path: Path) 
         )
     )
     assert d.remediation.flag_changes == {"--tensor-parallel-size": "8"}
-
-
-def test_an_oom_above_the_marlin_repack_call_is_a_loading_oom(tmp_path: Path) -> None:
-    # vllm-project/vllm#7793 as posted: the OOM line, then the repack call's source line and its file
-    log = _write(
-        tmp_path,
-        "vllm.log",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 140.00 MiB. GPU 0 has a total "
-        "capacity of 23.67 GiB of which 37.88 MiB is free. Process 258755 has 23.63 GiB memory in use.\n"
-        "marlin_qweight = ops.gptq_marlin_repack(b_q_weight=pack_fp8_to_int32(\n"
-        '  File "/usr/local/lib/python3.10/dist-packages/vllm/model_executor/layers/quantization/utils/'
-        'marlin_utils_fp8.py"\n',
-    )
-    assert diagnose(log).cause == "oom_weights_do_not_fit"
 
 
 def test_a_command_pasted_over_several_lines_names_the_model_whose_weights_exceed_the_card(
@@ -2465,3 +2432,33 @@ def test_parameters_from_a_name_with_a_floor_for_a_mixture_of_experts(name: str,
     from tuner.triage_weights import params_from_name
 
     assert params_from_name(name) == billions
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "says"),
+    [
+        (
+            "[2026-08-28 01:41:17] Load weight end. elapsed=0.60 s\n"
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            "--mem-fraction-static=0.7. Raise --mem-fraction-static above 0.773 (minimum viable = "
+            "1 - available/pre = 0.7722).\n",
+            {"--mem-fraction-static": "0.80"},  # a little above SGLang's own floor
+            "--mem-fraction-static",
+        ),
+        (
+            '  File "/env/lib/python3.10/site-packages/lmdeploy/pytorch/engine/executor/base.py", line 179, '
+            "in _get_num_gpu_blocks\n"
+            "RuntimeError: No enough gpu memory for kv cache.\n",
+            {},
+            "--tp",
+        ),
+    ],
+)
+def test_another_servers_no_kv_memory_gets_its_own_options_not_vllms(
+    tmp_path: Path, text: str, flags: dict[str, str], says: str
+) -> None:
+    d = diagnose(_write(tmp_path, "server.log", text))
+    assert d.cause == "no_kv_cache_memory"
+    assert d.remediation.flag_changes == flags
+    assert says in d.remediation.summary and "--gpu-memory-utilization" not in d.remediation.summary
+    assert not any("--gpu-memory-utilization" in a.summary for a in d.remediation.alternatives)
