@@ -2200,9 +2200,11 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "AssertionError\n",
             "arch_no_kernel_image",
         ),
+        # round 22: an executor's attribute missing after a failed __init__ is not a version mismatch
+        ("AttributeError: 'MultiprocExecutor' object has no attribute 'io_thread_pool'\n", "unknown"),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_21(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources_rounds_11_to_22(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
@@ -2462,3 +2464,16 @@ def test_another_servers_no_kv_memory_gets_its_own_options_not_vllms(
     assert d.remediation.flag_changes == flags
     assert says in d.remediation.summary and "--gpu-memory-utilization" not in d.remediation.summary
     assert not any("--gpu-memory-utilization" in a.summary for a in d.remediation.alternatives)
+
+
+def test_the_sigkill_vllm_sends_its_own_process_tree_is_not_a_host_oom(tmp_path: Path) -> None:
+    # vLLM 0.7 .. 0.8 (vllm/v1/engine/core_client.py sigusr1_handler) logs this, then SIGKILLs its tree
+    tail = (
+        "CRITICAL 05-19 22:17:53 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
+        "See stack trace above for root cause issue.\n"
+        "Killed\n"
+    )
+    d = diagnose(_write(tmp_path, "a.log", tail), exit_code=137)
+    assert d.cause == "unknown"
+    # the shell's 'Killed' without vLLM's teardown line stays the OOM killer's
+    assert diagnose(_write(tmp_path, "b.log", "Killed\n")).cause == "host_ram_oom_killed"

@@ -443,6 +443,26 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         )
         c.stage = ctx.scan.stage if c.stage == "unknown" else c.stage
 
+    host = cands.get("host_ram_oom_killed")
+    if (
+        host is not None
+        and ctx.scan.self_sigkill
+        and not (ctx.kernel is not None and ctx.kernel.hits)
+        and host.sig_ids <= SIGKILL_ONLY_SIGNATURES
+    ):
+        # vLLM killed its own process tree after a worker's error: the SIGKILL says nothing about RAM
+        host.confidence = min(host.confidence, CUT_TRACEBACK_HINT)
+        host.extra.append(
+            Evidence(
+                "log",
+                "Got fatal signal from worker processes, shutting down",
+                None,
+                "vllm/v1/engine/core_client.py (0.7 .. 0.8) answers a worker's failure with "
+                "kill_process_tree(os.getpid()): the 'Killed' / SIGKILL after it is vLLM's own teardown; "
+                "the worker's error above is the cause",
+            )
+        )
+
     tag, option = ctx.scan.args.get("model_tag"), ctx.scan.args.get("model_option")
     if isinstance(tag, str) and isinstance(option, str) and tag.rstrip("/") != option.rstrip("/"):
         # `vllm serve A --model B`: the positional model tag replaces --model (vllm/entrypoints/cli/
@@ -1611,6 +1631,8 @@ def _other_gpu_memory(
 _RAISE_SOURCE = re.compile(r"(?:^|\s)raise \w+(?:\.\w+)*\(")
 
 CUT_TRACEBACK_HINT = 0.2  # an alternative only: the stage's usual failure, never the answer
+# Signatures that only say a process died of SIGKILL (the shell's 'Killed', exit status 137 / -9)
+SIGKILL_ONLY_SIGNATURES = frozenset({"shell.killed", "process.exit_137"})
 
 
 # Lines that announce a traceback: Python's own header, and vLLM's worker wrappers that print one

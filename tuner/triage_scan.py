@@ -116,6 +116,7 @@ INFO_NEEDLES: tuple[str, ...] = (
     "world_size=",
     "KV cache memory: ",
     "MiB",
+    "fatal signal from worker processes",
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
@@ -213,6 +214,11 @@ class ScanResult:
     # 'Available KV cache memory: X GiB' as each worker logged it (vllm/v1/worker/gpu_worker.py), by the
     # worker's log prefix ('Worker_TP1', 'VllmWorker rank=1'; 'main' without one): the first value each
     kv_available: dict[str, float] = field(default_factory=dict)
+    # vLLM 0.7 .. 0.8's engine client kills its own process tree after a worker failed
+    # (vllm/v1/engine/core_client.py sigusr1_handler: 'Got fatal signal from worker processes, shutting
+    # down.', then kill_process_tree(os.getpid())): the SIGKILL and the shell's 'Killed' that follow are
+    # its teardown, not the kernel's OOM killer
+    self_sigkill: bool = False
     # rows of an nvidia-smi or nvitop process table pasted into the log: (GPU index, pid, MiB, the row)
     gpu_processes: list[tuple[int, int, float, str]] = field(default_factory=list)
 
@@ -717,6 +723,9 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
             with contextlib.suppress(ValueError):  # '-.' and other digits-and-dots that are no number
                 res.kv_available.setdefault(prefixes[-1] if prefixes else "main", float(m.group(1)))
         return len(res.kv_available) >= MAX_KV_WORKERS
+    if needle == "fatal signal from worker processes":
+        res.self_sigkill = True
+        return True
     if needle == "MiB":
         m = _SMI_PROCESS.search(text[:MAX_LINE]) or _NVITOP_PROCESS.search(text[:MAX_LINE])
         if m:
