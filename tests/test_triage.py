@@ -2200,6 +2200,27 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "AssertionError\n",
             "arch_no_kernel_image",
         ),
+        # well-known setup errors closing a traceback
+        (
+            "FileNotFoundError: [Errno 2] No such file or directory: '/models/Qwen2-72B/config.json'\n",
+            "config_error_not_resource",
+        ),
+        ("FileNotFoundError: [Errno 2] No such file or directory: '/dev/shm/psm_1234'\n", "unknown"),
+        (
+            "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): "
+            "Max retries exceeded with url\n",
+            "config_error_not_resource",
+        ),
+        (
+            "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)\n",
+            "config_error_not_resource",
+        ),
+        ("RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:\n", "config_error_not_resource"),
+        (
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE\n",
+            "config_error_not_resource",
+        ),
         # round 22: an executor's attribute missing after a failed __init__ is not a version mismatch
         ("AttributeError: 'MultiprocExecutor' object has no attribute 'io_thread_pool'\n", "unknown"),
     ],
