@@ -2221,6 +2221,7 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE\n",
             "config_error_not_resource",
         ),
+        ("AssertionError: Torch not compiled with CUDA enabled\n", "config_error_not_resource"),
         # round 22: an executor's attribute missing after a failed __init__ is not a version mismatch
         ("AttributeError: 'MultiprocExecutor' object has no attribute 'io_thread_pool'\n", "unknown"),
     ],
