@@ -2337,6 +2337,10 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
         ),
         ("ValueError: GPU memory utilization must be less than 1.0. Got 250.0.\n", {}),
         ("RuntimeError: Failed to infer device type\n", {}),
+        (
+            "Value error, Tensor parallel size (16) cannot be larger than the number of available GPUs (8)\n",
+            {"--tensor-parallel-size": "8"},
+        ),
     ],
 )
 def test_configuration_errors_with_a_known_fix_change_only_that_flag(
@@ -2413,17 +2417,6 @@ def test_out_of_memory_creating_the_cuda_context_means_the_card_was_already_full
     ]
     d = diagnose(_write(tmp_path, "b.log", "".join(prefix + f + "\n" for f in frames)))
     assert d.cause == "oom_cudagraph_capture"
-
-
-def test_tensor_parallel_above_the_available_gpus_fits_the_gpus(tmp_path: Path) -> None:
-    d = diagnose(
-        _write(
-            tmp_path,
-            "vllm.log",
-            "Value error, Tensor parallel size (16) cannot be larger than the number of available GPUs (8)\n",
-        )
-    )
-    assert d.remediation.flag_changes == {"--tensor-parallel-size": "8"}
 
 
 def test_a_command_pasted_over_several_lines_names_the_model_whose_weights_exceed_the_card(

@@ -59,6 +59,8 @@ SILENT_LOAD_DEATH_WEIGHT = 0.45
 MODEL_TAG_CONFLICT_WEIGHT = 0.5
 STAGELESS_OOM_ALTERNATIVES = (("oom_weights_do_not_fit", 0.45), ("oom_sampler_warmup_or_profile_run", 0.4))
 EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
+# Signatures that only say a process died of SIGKILL (the shell's 'Killed', exit status 137 / -9)
+SIGKILL_ONLY_SIGNATURES = frozenset({"shell.killed", "process.exit_137"})
 GPU_OOM_CAUSES = (
     "oom_weights_do_not_fit",
     "oom_cudagraph_capture",
@@ -1631,8 +1633,6 @@ def _other_gpu_memory(
 _RAISE_SOURCE = re.compile(r"(?:^|\s)raise \w+(?:\.\w+)*\(")
 
 CUT_TRACEBACK_HINT = 0.2  # an alternative only: the stage's usual failure, never the answer
-# Signatures that only say a process died of SIGKILL (the shell's 'Killed', exit status 137 / -9)
-SIGKILL_ONLY_SIGNATURES = frozenset({"shell.killed", "process.exit_137"})
 
 
 # Lines that announce a traceback: Python's own header, and vLLM's worker wrappers that print one

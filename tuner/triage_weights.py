@@ -29,7 +29,7 @@ GIB = float(2**30)
 # layers are quantized: ~3-5% of a 7B-70B model, hence a little above the linear layers' own width)
 BYTES_PER_PARAM = {"16bit": 2.0, "32bit": 4.0, "fp8": 1.05, "int4": 0.6, "int8": 1.05}
 _PARAMS = re.compile(r"(?:^|[-_/\s.])(\d+(?:\.\d+)?)\s*[bB](?=$|[-_/\s.])")
-_MOE_NAME = re.compile(r"\d+\s*x\s*\d+(?:\.\d+)?\s*[bB]", re.IGNORECASE)
+_MOE_NAME = re.compile(r"(\d+)\s*x\s*(\d+(?:\.\d+)?)\s*[bB]", re.IGNORECASE)
 _QUANT_IN_NAME = (
     ("awq", "int4"),
     ("gptq", "int4"),
@@ -90,11 +90,9 @@ def params_from_name(name: str) -> float | None:
     """Parameters in billions from a repo name ('Llama-2-70b-hf' -> 70, 'Qwen2-VL-72B' -> 72; a
     mixture of experts 'Mixtral-8x7B' -> at least 42); None when the name holds no count."""
     base = name.rstrip("/")
-    moe = re.search(r"(\d+)\s*x\s*(\d+(?:\.\d+)?)\s*[bB]", base.rsplit("/", 1)[-1])
+    moe = _MOE_NAME.search(base.rsplit("/", 1)[-1]) or _MOE_NAME.search(base)
     if moe:
         return round(int(moe.group(1)) * float(moe.group(2)) * MOE_SHARE_FLOOR, 1)
-    if _MOE_NAME.search(base):
-        return None
     m = _PARAMS.search(base.rsplit("/", 1)[-1]) or _PARAMS.search(base)
     return float(m.group(1)) if m else None
 
