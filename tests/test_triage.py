@@ -1964,7 +1964,7 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "NotImplementedError: Sharded Llama requires Flash Attention enabled models.\n",
             "arch_no_kernel_image",
         ),
-        ("RuntimeError: UVA is not available\n", "host_pinned_memory_swap_space"),
+        ("RuntimeError: UVA is not available\n", "config_error_not_resource"),
         (
             "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
             "/lmdeploy/src/turbomind/utils/memory_utils.cu:32\n",

@@ -375,7 +375,7 @@ TRACEBACK_TRIGGERS = (
 )  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+')
 _EXC = re.compile(
-    r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))"
+    r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
 _PID = re.compile(r"\bpid=(\d+)")
