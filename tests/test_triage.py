@@ -1864,7 +1864,10 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "config_error_not_resource",
         ),
         # vLLM's sleep-mode allocator: an OOM whose stage the line does not give
-        ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n", "oom_runtime_under_load"),
+        (
+            "CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n",
+            "startup_free_memory_below_target",
+        ),
         # ---- vLLM 0.4.3, 0.6.3 and 0.8.5 (their wheels' raise statements, swept like the installed one's)
         (
             "RuntimeError: please set tensor_parallel_size (4) to less than max local gpu count (2)\n",
@@ -2224,9 +2227,121 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
         ("AssertionError: Torch not compiled with CUDA enabled\n", "config_error_not_resource"),
         # round 22: an executor's attribute missing after a failed __init__ is not a version mismatch
         ("AttributeError: 'MultiprocExecutor' object has no attribute 'io_thread_pool'\n", "unknown"),
+        # rounds 24 and 25
+        ("*** SIGBUS received at time=1709393443 on cpu 1 ***\n", "shm_insufficient"),
+        (
+            '  File "chatglm.py", line 53, in __init__\n    assert self.total_num_kv_heads % tp_size == '
+            "0\nAssertionError\n",
+            "config_error_not_resource",
+        ),
+        ("RuntimeError: size_n = 2736 is not divisible by tile_n_size = 64\n", "config_error_not_resource"),
+        (
+            "ValueError: Invalid repository ID or local directory specified: 'Qwen/Qwen-Image-Edit-2509'.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Worker failed with error 'Cannot re-initialize the input batch when CPU weight "
+            "offloading "
+            "is enabled. See https://github.com/vllm-project/vllm/pull/18298 for more details.', please "
+            "check the "
+            "stack trace above for the root cause\n",
+            "config_error_not_resource",
+        ),
+        (
+            "[Bug]: Qwen3-32B-AWQ an error message appears: Quantization scheme is not supported\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        ("RuntimeError: Rowwise scaling is not currently supported on your device\n", "arch_no_kernel_image"),
+        (
+            "ValueError: No valid attention backend found for cuda with "
+            "AttentionSelectorConfig(head_size=576, "
+            "use_mla=True, use_sparse=True). Reasons: {FLASH_ATTN_MLA: [sparse not supported, compute "
+            "capability "
+            "not supported], FLASHMLA: [sparse not supported, compute capability not supported, FlashMLA "
+            "Sparse is "
+            "only supported on Hopper and Blackwell devices.], TRITON_MLA: [sparse not supported], "
+            "FLASHMLA_SPARSE: [compute capability not supported]}.\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ValueError: No valid attention backend found for cuda with "
+            "AttentionSelectorConfig(head_size=80). "
+            "Reasons: {FLASH_ATTN: [head_size not supported], TRITON_ATTN: [head_size not supported, "
+            "compute capability not supported]}.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: No valid attention backend found for cuda with "
+            "AttentionSelectorConfig(head_size=576, dtype=torch\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ValueError: Backend TORCH_SDPA must be registered before use. Use "
+            "register_backend(Backend.TORCH_SDPA, "
+            "'your.module.YourClass')\n",
+            "config_error_not_resource",
+        ),
+        ("RuntimeError: Shape mismatch: a.size(1) = 4096, size_k = 8192\n", "config_error_not_resource"),
+        (
+            "KeyError: 'invalid tool call parser: openai (chose from { hermes, mistral })'\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Worker failed with error 'Could not find nvcc and default "
+            "cuda_home='/usr/local/cuda' "
+            "doesn't exist', please check the stack trace above for the root cause\n",
+            "config_error_not_resource",
+        ),
+        (
+            "VLLM::Worker_TP invoked oom-killer: gfp_mask=0x102cc2(GFP_HIGHUSER), order=0, oom_score_adj=0\n",
+            "host_ram_oom_killed",
+        ),
+        ("RuntimeError: Triton Error [CUDA]: out of memory\n", "oom_runtime_under_load"),
+        (
+            "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            "pre_model_load_memory=40.1, local_gpu_memory=78.2\n",
+            "startup_free_memory_below_target",
+        ),
+        (
+            "RuntimeError: Sparse Attention Indexer CUDA op requires DeepGEMM to be installed.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ERROR [core.py:844] Search for `cudaErrorNoKernelImageForDevice' in "
+            "https://docs.nvidia.com/cuda/"
+            "cuda-runtime-api/group__CUDART__TYPES.html for more information.\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "Search for `cudaErrorECCUncorrectable' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.\n",
+            "gpu_hardware_fault",
+        ),
+        (
+            "Search for `cudaErrorInsufficientDriver' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.\n",
+            "illegal_memory_access_software_bug",
+        ),
+        # the sleep-mode allocator grows only at start-up and wake_up: another job holds the memory
+        (
+            "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163\n",
+            "startup_free_memory_below_target",
+        ),
+        # caret-notation colours as `cat -v` prints them
+        (
+            "^[[1;36m(EngineCore_DP0 pid=43065)^[[0;0m ERROR 01-04 04:31:09 [core.py:844] ValueError: No "
+            "available "
+            "memory for the cache blocks.\n",
+            "no_kv_cache_memory",
+        ),
     ],
 )
-def test_messages_read_in_their_sources_rounds_11_to_22(tmp_path: Path, text: str, cause: str) -> None:
+def test_messages_read_in_their_sources(tmp_path: Path, text: str, cause: str) -> None:
     assert diagnose(_write(tmp_path, "vllm.log", text)).cause == cause
 
 
@@ -2341,6 +2456,8 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
             "Value error, Tensor parallel size (16) cannot be larger than the number of available GPUs (8)\n",
             {"--tensor-parallel-size": "8"},
         ),
+        ("ValueError: LoRA rank 64 is greater than max_lora_rank 16.\n", {"--max-lora-rank": "64"}),
+        ("ValueError: LoRA rank 48 is greater than max_lora_rank 16.\n", {"--max-lora-rank": "64"}),
     ],
 )
 def test_configuration_errors_with_a_known_fix_change_only_that_flag(
@@ -2492,3 +2609,55 @@ def test_the_sigkill_vllm_sends_its_own_process_tree_is_not_a_host_oom(tmp_path:
     assert d.cause == "unknown"
     # the shell's 'Killed' without vLLM's teardown line stays the OOM killer's
     assert diagnose(_write(tmp_path, "b.log", "Killed\n")).cause == "host_ram_oom_killed"
+
+
+# An OOM whose innermost frames are the sampler's, with no other landmark (tests/corpus/ho24-vllm-24436-*):
+# the sampler warm-up made those tensors first; the same frames under the serving loop are a run-time OOM.
+_SAMPLER_FRAMES = (
+    '  File "/v/vllm/v1/sample/ops/topk_topp_sampler.py", line 83, in forward_native\n'
+    "    logits = apply_top_k_top_p(logits, k, p)\n"
+    '  File "/v/vllm/v1/sample/ops/topk_topp_sampler.py", line 189, in apply_top_k_top_p\n'
+    "    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 298.00 MiB. GPU 0 has a total capacity of "
+    "23.65 GiB of which 98.25 MiB is free. Including non-PyTorch memory, this process has 23.53 GiB memory "
+    "in use. "
+    "Of the allocated memory 20.32 GiB is allocated by PyTorch, with 66.00 MiB allocated in private pools "
+    "(e.g., "
+    "CUDA Graphs), and 74.74 MiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "cause", "stage"),
+    [
+        ("", "oom_sampler_warmup_or_profile_run", "warmup"),
+        (
+            '  File "/v/vllm/v1/engine/core.py", line 966, in run_busy_loop\n    '
+            "self._process_engine_step()\n",
+            "oom_runtime_under_load",
+            "serving",
+        ),
+    ],
+)
+def test_sampler_frames_name_the_warmup_unless_the_serving_loop_is_above_them(
+    tmp_path: Path, before: str, cause: str, stage: str
+) -> None:
+    d = diagnose(
+        _write(tmp_path, "vllm.log", "Traceback (most recent call last):\n" + before + _SAMPLER_FRAMES)
+    )
+    assert (d.cause, d.stage) == (cause, stage)
+
+
+def test_a_bare_exception_closes_a_shutdown_traceback_after_the_failure(tmp_path: Path) -> None:
+    # vllm-project/vllm-omni#541: the failure, then an 'Exception ignored in' traceback at shutdown that ends
+    # with a bare 'Exception: test'; the log does not end inside a traceback
+    text = (
+        "(APIServer pid=48263) ValueError: Invalid repository ID or local directory specified: 'Qwen/X'.\n"
+        "(APIServer pid=48263) Exception ignored in: <function AsyncOmni.del at 0x7f14afca9120>\n"
+        "(APIServer pid=48263) Traceback (most recent call last):\n"
+        '(APIServer pid=48263) File "/w/vllm_omni/entrypoints/async_omni.py", line 197, in del\n'
+        "(APIServer pid=48263) Exception: test\n"
+    )
+    d = diagnose(_write(tmp_path, "vllm.log", text))
+    assert d.cause == "config_error_not_resource"
+    assert d.evidence[0].line == 1

@@ -48,6 +48,15 @@ HUB_RESOLUTION_SIGNATURES = frozenset(
     }
 )
 MIN_CONFIDENCE = 0.3
+# vLLM's sleep-mode allocator (csrc/cumem_allocator.cpp, --enable-sleep-mode, 0.7 .. 0.32) maps memory for
+# the weights and the KV cache at start-up and maps the same sizes again at wake_up; nothing it holds grows
+# with load. Its OOM after loading means memory it had before is now held by another job sharing the GPU
+# (the colocated trainer of an RL framework, another sleeping server): the start-up free-memory cause, with
+# the run-time OOM as the alternative.
+SLEEP_MODE_OOM_SIGNATURES = frozenset({"vllm.cumem_oom"})
+SLEEP_MODE_RUNTIME_WEIGHT = 0.45
+# The values --max-lora-rank accepts (vllm/config/lora.py MaxLoRARanks, 0.7 .. 0.32)
+LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 # A CUDA OOM with no stage landmark before or after it: the label stays "runtime" (the stage map's
 # default) but weakly, with the start-up labels as alternatives.
 STAGELESS_OOM_WEIGHT = 0.6
@@ -370,6 +379,14 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 stage = stated
         if stage == "unknown":
             stage = _stage_after(ctx.scan, hit.line_no)
+        if (
+            cause == "oom"
+            and sig.id in SLEEP_MODE_OOM_SIGNATURES
+            and stage not in ("load", "memory_profiling")
+        ):
+            # the sleep-mode allocator grows only at start-up and at wake_up, never under load
+            cause = "startup_free_memory_below_target"
+            cand("oom_runtime_under_load").add_hit(hit, SLEEP_MODE_RUNTIME_WEIGHT, stage)
         if cause == "oom":
             cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
@@ -1175,6 +1192,17 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             if fit_u is not None:
                 flags["--gpu-memory-utilization"] = f"{fit_u:.2f}"
                 summary += f" --gpu-memory-utilization {fit_u:.2f} fits what is free."
+        elif top.sig_ids & SLEEP_MODE_OOM_SIGNATURES:
+            base = util or 0.9
+            summary = (
+                "vLLM's sleep-mode allocator could not map its memory again (wake_up, or start-up next to "
+                "a sleeping server): the weights and KV cache it held before are no larger now, so another "
+                "job sharing the GPU holds that memory (the colocated trainer of an RL framework, another "
+                "server). Free the other job's memory before wake_up (offload its parameters and optimizer "
+                "state, empty its cache), or give this server a smaller share: --gpu-memory-utilization "
+                f"{max(0.1, round(base - 0.1, 2)):.2f}."
+            )
+            flags["--gpu-memory-utilization"] = f"{max(0.1, round(base - 0.1, 2)):.2f}"
         elif "others_mib" not in g and (oom := _first_oom_facts(top)) is not None:
             # CUDA ran out of memory while the KV tensors were allocated: the budget vLLM computed from
             # its profile was more than was really free then, so the budget must come down.
@@ -1409,6 +1437,14 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 fit = 1 << (int(visible).bit_length() - 1)  # a power of two divides the attention heads
                 flags["--tensor-parallel-size"] = str(fit)
                 summary += f" --tensor-parallel-size {fit} fits the GPUs visible."
+        elif "vllm.lora_rank_above_max" in top.sig_ids and _f(g, "lora_rank"):
+            rank = int(_f(g, "lora_rank") or 0)
+            lora_fit = next((r for r in LORA_RANKS if r >= rank), None)
+            summary = f"The LoRA adapter's rank ({rank}) is above --max-lora-rank"
+            if lora_fit is not None:
+                flags["--max-lora-rank"] = str(lora_fit)
+                summary += f": --max-lora-rank {lora_fit} (the smallest value vLLM accepts that holds it)"
+            summary += ". Not a memory shortage."
         elif "vllm.gpu_util_above_one" in top.sig_ids:
             given = _f(g, "util_given")
             summary = "--gpu-memory-utilization is a fraction of the GPU's memory, below 1.0"

@@ -37,6 +37,7 @@ INNER_FRAMES = 4  # how many of the innermost frames say where an exception was 
 FRAME_WINDOW = 80  # lines: a frame further above an exception line belongs to another traceback
 TAIL_BYTES = 4096
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+CARET_ANSI = re.compile(r"\^\[\[[0-9;?]*[A-Za-z]")
 
 # Prefilter words, searched case-insensitively in each chunk: every needle contains one of them (or is
 # its own trigger), and they are rare in a healthy serving log, so few lines reach the needle tests.
@@ -333,6 +334,9 @@ def clean_line(raw: bytes) -> str:
     text = raw[: MAX_LINE * 2].decode("utf-8", "replace")
     if "\x1b" in text:
         text = ANSI.sub("", text)
+    if "^[[" in text:
+        # the same colours as `cat -v` and some terminals' copy print them, in caret notation
+        text = CARET_ANSI.sub("", text)
     text = text.rstrip("\r\n")
     if "&" in text and _HTML_ENTITY.search(text):
         # a log copied out of a web page (an issue's HTML, a dashboard): '&gt;=', '&quot;', '&#39;'
