@@ -1445,6 +1445,15 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 flags["--max-lora-rank"] = str(lora_fit)
                 summary += f": --max-lora-rank {lora_fit} (the smallest value vLLM accepts that holds it)"
             summary += ". Not a memory shortage."
+        elif "vllm.dtype_not_supported_for_quant" in top.sig_ids and g.get("supported"):
+            supported = [d.strip().removeprefix("torch.") for d in g["supported"].split(",") if d.strip()]
+            method = g.get("method", "this quantization")
+            summary = f"{method} runs only in {', '.join(supported)}, not {g.get('dtype', 'this dtype')}"
+            if supported:
+                pick = "float16" if "float16" in supported else supported[0]
+                flags["--dtype"] = pick
+                summary += f": --dtype {pick}"
+            summary += ". Not a memory problem."
         elif "vllm.gpu_util_above_one" in top.sig_ids:
             given = _f(g, "util_given")
             summary = "--gpu-memory-utilization is a fraction of the GPU's memory, below 1.0"
