@@ -1595,8 +1595,27 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
             "ImportError: cannot import name 'build_regex_from_schema' from 'outlines.fsm.json_schema'\n",
             "config_error_not_resource",
         ),
-        # a shared library that will not load is a build or driver problem, not a package version
-        ("ImportError: /x/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n", "unknown"),
+        # an extension built against another torch (C++ symbols) or a newer glibc is a setup error (round
+        # 27); the driver's C symbols are not this
+        (
+            "ImportError: /x/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n",
+            "config_error_not_resource",
+        ),
+        ("ImportError: /x/vllm/_C.abi3.so: undefined symbol: cuTensorMapEncodeTiled\n", "unknown"),
+        (
+            "ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found (required by "
+            "/x/vllm/_C.abi3.so)\n",
+            "config_error_not_resource",
+        ),
+        ("AssertionError: Sinks are only supported in FlashAttention 3\n", "arch_no_kernel_image"),
+        (
+            "ray.exceptions.RayChannelTimeoutError: System error: Timed out waiting for object available to "
+            "read. "
+            "ObjectID: 007e768e7da845eb\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        # a Chinese sentence running into the English error ('出现CUDA out of memory')
+        ("Llama2-13b-Chat 使用vllm测试在A10上出现CUDA out of memory\n", "oom_runtime_under_load"),
         (
             "RuntimeError: unable to mmap 16933256392 bytes from file </root/model.safetensors>: Cannot "
             "allocate memory (12)\n",

@@ -326,6 +326,9 @@ _IPY_FRAME = re.compile(
 )
 
 
+_CJK_LATIN = re.compile(
+    r"(?<=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])"
+)
 _HTML_ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|#\d{2,3});")
 
 
@@ -338,6 +341,10 @@ def clean_line(raw: bytes) -> str:
         # the same colours as `cat -v` and some terminals' copy print them, in caret notation
         text = CARET_ANSI.sub("", text)
     text = text.rstrip("\r\n")
+    if not text.isascii() and _CJK_LATIN.search(text):
+        # Chinese or Japanese words run straight into Latin ones ('出现CUDA out of memory'); Python's \b
+        # sees no boundary there (CJK letters are word characters), so a space is put between them
+        text = _CJK_LATIN.sub(" ", text)
     if "&" in text and _HTML_ENTITY.search(text):
         # a log copied out of a web page (an issue's HTML, a dashboard): '&gt;=', '&quot;', '&#39;'
         text = html.unescape(text)
