@@ -1614,6 +1614,56 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
             "ObjectID: 007e768e7da845eb\n",
             "nccl_multi_gpu_comm_failure",
         ),
+        # round 28
+        (
+            "Could not start backend: Runtime compute cap 70 is not compatible with compile time compute "
+            "cap 80\n",
+            "arch_no_kernel_image",
+        ),
+        ("报错信息：SGlang only supports sm 75 and  above\n", "arch_no_kernel_image"),
+        (
+            'assert arch // 10 == 10, "FP8 is only supported on SM100 (compute capability 10.x) for FA4 '
+            'CuTE".\n',
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "RuntimeError: [TM][ERROR] CUDA runtime error: API call is not supported in the installed CUDA "
+            "driver "
+            "/lmdeploy/src/turbomind/utils/allocator.h:163\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "ValueError: `num_heads` must be divisible by `num_shards` (got `num_heads`: 71 and "
+            "`num_shards`: 2\n",
+            "config_error_not_resource",
+        ),
+        (
+            "│ │ input = <repr-error 'CUDA error: no kernel image is available for        │ │\n"
+            "│ │         execution on the device\\nCUDA kernel errors might be             │ │\n",
+            "arch_no_kernel_image",
+        ),
+        # an OOM at load whose NVML reading of this process is 0 bytes (a container): PyTorch's own
+        # allocations and reserve stand for it, and the other 40 GiB on the card are another job's
+        (
+            '  File "/usr/local/lib/python3.10/dist-packages/torch/utils/_device.py", line 79, in '
+            "__torch_function__\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB. GPU 0 has a total "
+            "capacity of "
+            "79.25 GiB of which 2.27 GiB is free. Including non-PyTorch memory, this process has 0 bytes "
+            "memory in "
+            "use. Of the allocated memory 36.46 GiB is allocated by PyTorch, and 20.98 MiB is reserved by "
+            "PyTorch "
+            "but unallocated.\n",
+            "startup_free_memory_below_target",
+        ),
+        # TGI's launcher: a shard that died before it was ready died loading
+        (
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 15.77 "
+            "GiB total "
+            "capacity; 15.37 GiB already allocated; 13.62 MiB free; 15.40 GiB reserved in total by PyTorch)\n"
+            "Error: ShardCannotStart\n",
+            "oom_weights_do_not_fit",
+        ),
         # a Chinese sentence running into the English error ('出现CUDA out of memory')
         ("Llama2-13b-Chat 使用vllm测试在A10上出现CUDA out of memory\n", "oom_runtime_under_load"),
         (
@@ -2738,3 +2788,12 @@ def test_a_bare_exception_closes_a_shutdown_traceback_after_the_failure(tmp_path
     d = diagnose(_write(tmp_path, "vllm.log", text))
     assert d.cause == "config_error_not_resource"
     assert d.evidence[0].line == 1
+
+
+def test_custom_all_reduce_failure_is_communication_that_one_argument_fixes(tmp_path: Path) -> None:
+    # vllm-project/vllm#45604 and #49101: vLLM's own all-reduce (CUDA IPC between the GPUs) failed
+    text = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:455 'invalid argument'\n"
+    d = diagnose(_write(tmp_path, "vllm.log", text))
+    assert d.cause == "nccl_multi_gpu_comm_failure"
+    assert d.remediation.flag_changes == {"--disable-custom-all-reduce": ""}
+    assert d.fixable_by_args  # the cause is not, in general; this message's fix is an argument

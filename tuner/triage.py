@@ -55,6 +55,9 @@ MIN_CONFIDENCE = 0.3
 # the run-time OOM as the alternative.
 SLEEP_MODE_OOM_SIGNATURES = frozenset({"vllm.cumem_oom"})
 SLEEP_MODE_RUNTIME_WEIGHT = 0.45
+# Messages of a cause that is not fixed by arguments in general, whose own fix is one: vLLM's custom
+# all-reduce failing (--disable-custom-all-reduce hands the all-reduce to NCCL)
+ARG_FIXABLE_SIGNATURES = frozenset({"vllm.custom_allreduce_cuda_error"})
 # The values --max-lora-rank accepts (vllm/config/lora.py MaxLoRARanks, 0.7 .. 0.32)
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 # A CUDA OOM with no stage landmark before or after it: the label stays "runtime" (the stage map's
@@ -332,6 +335,12 @@ def _other_process_mib(facts: dict[str, float]) -> float | None:
             # nothing.
             if facts["this_process"] >= facts.get("allocated_by_torch", 0.0) > 0.0:
                 remainder = total - free - facts["this_process"]
+            elif facts.get("allocated_by_torch", 0.0) > 0.0:
+                # NVML's reading is below what PyTorch itself allocated (0 bytes in a container's pid
+                # namespace): count this process as PyTorch's allocations and reserve plus an allowance
+                # for its context, as for torch 1.x below
+                own = facts["allocated_by_torch"] + facts.get("reserved_unallocated", 0.0)
+                remainder = total - free - own - NON_TORCH_ALLOWANCE_MIB
         elif "reserved_total" in facts and "listed_processes" not in facts:
             # torch 1.x .. 2.0 states only what PyTorch reserved: the rest of the used memory, less an
             # allowance for this process's own CUDA context and library workspaces
@@ -1384,6 +1393,13 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             "(systemctl status nvidia-fabricmanager; compare its version with nvidia-smi's driver version). "
             "Not a memory problem."
         )
+    elif top.cause == "nccl_multi_gpu_comm_failure" and top.sig_ids & ARG_FIXABLE_SIGNATURES:
+        flags["--disable-custom-all-reduce"] = ""
+        summary = (
+            "vLLM's own all-reduce (csrc/custom_all_reduce.cuh, GPU buffers shared through CUDA IPC and P2P) "
+            f"failed with '{g.get('error', 'a CUDA error')}'. --disable-custom-all-reduce makes vLLM use "
+            "NCCL for it; check P2P between the GPUs (nvidia-smi topo -p2p r) if NCCL fails too."
+        )
     elif top.cause == "config_error_not_resource":
         if "derived" in g:
             derived = int(float(g["derived"]))
@@ -1796,7 +1812,8 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         stage=stage,
         remediation=remedy,
         alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[1:4]),
-        fixable_by_args=bool(info.get("fixable_by_args", False)),
+        fixable_by_args=bool(info.get("fixable_by_args", False))
+        or bool(top.sig_ids & ARG_FIXABLE_SIGNATURES),
         title=str(info.get("title", "")),
         memory=bool(info.get("memory", False)),
         source=top.hits[0].signature.source if top.hits else "",
