@@ -1664,6 +1664,49 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
             "Error: ShardCannotStart\n",
             "oom_weights_do_not_fit",
         ),
+        # round 29
+        (
+            "ValueError: Weight input_size_per_partition = 192 is not divisible by weight quantization "
+            "block_k = 128.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "The decoder prompt contains a(n) image item with length 4641, which exceeds the pre-allocated "
+            "encoder "
+            "cache size 3721. Please reduce the input size\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: invalid literal for int() with base 10: "
+            "'MIG-377e0049-554c-540b-93c6-d0976f8426cb'\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 807: MPS server is not ready "
+            "to accept "
+            "new MPS client requests\n",
+            "config_error_not_resource",
+        ),
+        (
+            "error: invalid value 'yarn' for '--rope-scaling <ROPE_SCALING>'\n  [possible values: linear, "
+            "dynamic]\n",
+            "config_error_not_resource",
+        ),
+        ("AssertionError: CPU tensor must be pinned\n", "host_pinned_memory_swap_space"),
+        # free memory went up while vLLM profiled: a sharing process spoiled the measurement, nothing ran short
+        (
+            "AssertionError: Error in memory profiling. Initial free memory 40.2 GiB, current free memory "
+            "44.9 GiB. "
+            "This happens when other processes sharing the same container release GPU memory while vLLM is "
+            "profiling during initialization.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "[rank1]:[W1101 02:10:34.411642380 TCPStore.cpp:106] [c10d] sendBytes failed on "
+            "SocketImpl(fd=79, "
+            "addr=localhost:40912, remote=localhost:36055): Broken pipe\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
         # a Chinese sentence running into the English error ('出现CUDA out of memory')
         ("Llama2-13b-Chat 使用vllm测试在A10上出现CUDA out of memory\n", "oom_runtime_under_load"),
         (
