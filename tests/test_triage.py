@@ -1693,7 +1693,7 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
             "config_error_not_resource",
         ),
         ("AssertionError: CPU tensor must be pinned\n", "host_pinned_memory_swap_space"),
-        # free memory went up while vLLM profiled: a sharing process spoiled the measurement, nothing ran short
+        # free memory went up while vLLM profiled: another process spoiled the measurement; none ran short
         (
             "AssertionError: Error in memory profiling. Initial free memory 40.2 GiB, current free memory "
             "44.9 GiB. "
