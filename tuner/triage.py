@@ -1202,16 +1202,16 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 flags["--gpu-memory-utilization"] = f"{fit_u:.2f}"
                 summary += f" --gpu-memory-utilization {fit_u:.2f} fits what is free."
         elif top.sig_ids & SLEEP_MODE_OOM_SIGNATURES:
-            base = util or 0.9
+            share = f"{max(0.1, round((util or 0.9) - 0.1, 2)):.2f}"
+            flags["--gpu-memory-utilization"] = share
             summary = (
                 "vLLM's sleep-mode allocator could not map its memory again (wake_up, or start-up next to "
                 "a sleeping server): the weights and KV cache it held before are no larger now, so another "
                 "job sharing the GPU holds that memory (the colocated trainer of an RL framework, another "
                 "server). Free the other job's memory before wake_up (offload its parameters and optimizer "
                 "state, empty its cache), or give this server a smaller share: --gpu-memory-utilization "
-                f"{max(0.1, round(base - 0.1, 2)):.2f}."
+                f"{share}."
             )
-            flags["--gpu-memory-utilization"] = f"{max(0.1, round(base - 0.1, 2)):.2f}"
         elif "others_mib" not in g and (oom := _first_oom_facts(top)) is not None:
             # CUDA ran out of memory while the KV tensors were allocated: the budget vLLM computed from
             # its profile was more than was really free then, so the budget must come down.
