@@ -2840,3 +2840,21 @@ def test_custom_all_reduce_failure_is_communication_that_one_argument_fixes(tmp_
     assert d.cause == "nccl_multi_gpu_comm_failure"
     assert d.remediation.flag_changes == {"--disable-custom-all-reduce": ""}
     assert d.fixable_by_args  # the cause is not, in general; this message's fix is an argument
+
+
+def test_one_allocation_larger_than_the_card_is_the_profiling_runs_activation(tmp_path: Path) -> None:
+    # MoonshotAI/Kimi-VL#51 and #54 (tests/corpus/ho27-kimivl-51-*, ho29-kimivl-54-*): no landmark, and a
+    # request for 408 GiB on an 80 GiB card, which no weight tensor is
+    text = (
+        "RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 408.29 GiB. GPU 0 "
+        "has a "
+        "total capacity of 79.33 GiB of which 50.72 GiB is free. Process 2555617 has 28.60 GiB memory in "
+        "use. Of "
+        "the allocated memory 27.40 GiB is allocated by PyTorch, and 170.22 MiB is reserved by PyTorch but "
+        "unallocated.', please check the stack trace above for the root cause\n"
+    )
+    d = diagnose(_write(tmp_path, "vllm.log", text))
+    assert d.cause == "oom_sampler_warmup_or_profile_run"
+    assert d.alternatives[0][0] == "oom_runtime_under_load"
+    small = text.replace("408.29 GiB", "408.29 MiB")  # an ordinary request: the stage stays unknown
+    assert diagnose(_write(tmp_path, "small.log", small)).cause == "oom_runtime_under_load"

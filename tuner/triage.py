@@ -409,7 +409,25 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                         "playbooks/triage/stages.toml [[stated]]",
                     )
                 )
-            if stage == "unknown" and not _graphs_were_captured(hit.text):
+            if stage == "unknown" and facts.get("tried", 0.0) > facts.get("total", math.inf):
+                # One request for more than the whole card: no weight tensor is that large, and the
+                # largest activations vLLM ever makes are those of its profiling run (max_num_batched_tokens,
+                # the most multimodal items per prompt), which the scheduler never exceeds afterwards
+                cause = "oom_sampler_warmup_or_profile_run"
+                weight = min(weight, STAGELESS_OOM_WEIGHT)
+                cand("oom_runtime_under_load").add_hit(hit, STAGELESS_OOM_ALTERNATIVES[0][1], stage)
+                cand(cause).extra.append(
+                    Evidence(
+                        "log",
+                        f"one allocation of {facts['tried'] / 1024:.1f} GiB, more than the whole "
+                        f"{facts['total'] / 1024:.1f} GiB card: an activation of the profiling run's "
+                        "worst-case batch, not a weight",
+                        hit.line_no,
+                        "tuner/triage.py (vLLM's profile_run sizes: max_num_batched_tokens, "
+                        "--limit-mm-per-prompt)",
+                    )
+                )
+            elif stage == "unknown" and not _graphs_were_captured(hit.text):
                 # No landmark says how far start-up got and nothing says CUDA graphs existed: the
                 # OOM line alone cannot tell loading from serving, so say so in the confidence.
                 weight = min(weight, STAGELESS_OOM_WEIGHT)
