@@ -15,6 +15,11 @@
 #                   creation) fails -> 'CUDA error: out of memory' without the allocator's numbers
 #   cublas-full     this process has its context, then another process takes all but ~8 MiB; its first
 #                   matmul creates the cuBLAS handle -> cuBLAS's allocation failure (or torch's OOM)
+#   triton-full     this process fills the card itself, then a compiled Triton kernel whose values spill to
+#                   local memory is loaded for its first launch -> 'Triton Error [CUDA]: out of memory'
+#                   (the driver cannot reserve the kernel's local memory; outside PyTorch's allocator)
+#
+# SCENARIOS="name ..." runs only those (default: all); the others' fixtures are left as they are.
 # Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
 set -u
 . bench/gpu/corpus-lib.sh
@@ -139,8 +144,44 @@ for step in range(10_000):
         print(f"step {step}: batch {batch}, allocated {torch.cuda.memory_allocated() >> 20} MiB", flush=True)
 PY
 
+cat > "$W/triton_full.py" <<'PY'
+import torch, triton, triton.language as tl
+
+@triton.jit
+def spill(ptr, BLOCK: tl.constexpr):
+    # one warp holds BLOCK floats: far more than its registers, so they spill to local memory, which the
+    # driver reserves for every resident thread when the kernel is loaded
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(ptr + offs)
+    v = tl.cumsum(v, 0) * tl.flip(v, 0)
+    tl.store(ptr + offs, v)
+
+BLOCK = 1 << 15
+x = torch.ones(BLOCK, device="cuda")
+spill.warmup(x, BLOCK=BLOCK, num_warps=1, grid=(1,))  # compiled while memory is free
+free, total = torch.cuda.mem_get_info()
+print(f"free {free >> 20} MiB of {total >> 20} MiB; this process fills the card, then launches the kernel", flush=True)
+hold, chunk = [], 1 << 30
+while True:
+    try:
+        hold.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+    except torch.OutOfMemoryError:
+        if chunk <= (1 << 12):
+            break
+        chunk //= 2
+print(f"holding {sum(h.numel() for h in hold) >> 20} MiB; free {torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
+spill[(1,)](x, BLOCK=BLOCK, num_warps=1)
+torch.cuda.synchronize()
+print("kernel ran", flush=True)
+PY
+
+want() {  # NAME: is this scenario selected (SCENARIOS unset or naming it)?
+  [ -z "${SCENARIOS:-}" ] || [[ " $SCENARIOS " == *" $1 "* ]]
+}
+
 run_case() {  # name seconds command...
   local name="$1" secs="$2"; shift 2
+  want "$name" || return 0
   nvidia-smi dmon -s pucvmet -o DT -d 1 > "$C/gpu-h200-$name-dmon.txt" 2>&1 & local dp=$!
   "$PY" "$W/sampler.py" "$secs" "$C/gpu-h200-$name-nvml.csv" "$C/gpu-h200-$name-gpu-processes.csv" & local sp=$!
   sleep 1.5
@@ -190,6 +231,8 @@ cublas_case() {
 }
 run_case cublas-full 30 cublas_case
 
+run_case triton-full 30 timeout 90 "$PY" "$W/triton_full.py"
+
 # Corpus metadata, then what triage says about each (JSON), for the report.
 tel() { echo "telemetry = \"gpu-h200-$1-dmon.txt\""; echo "telemetry_nvml = \"gpu-h200-$1-nvml.csv\""; }
 corpus_toml oom.sh graph-capture oom_cudagraph_capture "torch OutOfMemoryError raised inside torch.cuda.graph capture (torch/cuda/graphs.py in the traceback) with ~1 GiB free" "$(tel graph-capture)"
@@ -197,7 +240,8 @@ corpus_toml oom.sh other-process startup_free_memory_below_target "torch OOM res
 corpus_toml oom.sh runtime-growth oom_runtime_under_load "torch OOM after many steps of a growing batch/cache; memory plateaued at capacity in dmon/NVML" "$(tel runtime-growth)"
 corpus_toml oom.sh full-card startup_free_memory_below_target "the first CUDA call of a process fails with 'CUDA error: out of memory' while another process (gpu-processes.csv) holds all but ~64 MiB of the card" "$(tel full-card)"
 corpus_toml oom.sh cublas-full startup_free_memory_below_target "the first matmul (cuBLAS handle) fails for memory after another process (gpu-processes.csv) took all but ~8 MiB of the card" "$(tel cublas-full)"
-for name in graph-capture other-process runtime-growth full-card cublas-full; do
+corpus_toml oom.sh triton-full oom_runtime_under_load "this process's own allocations filled the card (no other process in gpu-processes.csv), then loading a Triton kernel for its first launch failed: 'Triton Error [CUDA]: out of memory' from the driver, outside PyTorch's allocator" "$(tel triton-full)"
+for name in graph-capture other-process runtime-growth full-card cublas-full triton-full; do
   triage_case "$name" --telemetry "$C/gpu-h200-$name-dmon.txt"
 done
 pack oom "nvrm|xid|oom"
