@@ -80,6 +80,8 @@ def test_shipped_playbook_loads_and_every_signature_names_a_label_and_its_source
         assert 0 <= sig.weight <= 1, sig.id
         assert sig.stage in (None, *STAGES), sig.id
         assert trigger_of(sig.needle) in sig.needle.lower(), sig.id
+        # a cause after loading only makes sense for a stage-mapped OOM, and must be a label
+        assert sig.cause_after_load is None or (sig.cause == "oom" and sig.cause_after_load in LABELS), sig.id
     assert len({s.id for s in pb.signatures}) == len(pb.signatures)
     for entry in pb.xid.values():
         assert entry["cause"] in LABELS

@@ -48,16 +48,9 @@ HUB_RESOLUTION_SIGNATURES = frozenset(
     }
 )
 MIN_CONFIDENCE = 0.3
-# vLLM's sleep-mode allocator (csrc/cumem_allocator.cpp, --enable-sleep-mode, 0.7 .. 0.32) maps memory for
-# the weights and the KV cache at start-up and maps the same sizes again at wake_up; nothing it holds grows
-# with load. Its OOM after loading means memory it had before is now held by another job sharing the GPU
-# (the colocated trainer of an RL framework, another sleeping server): the start-up free-memory cause, with
-# the run-time OOM as the alternative.
-SLEEP_MODE_OOM_SIGNATURES = frozenset({"vllm.cumem_oom"})
-SLEEP_MODE_RUNTIME_WEIGHT = 0.45
-# Messages of a cause that is not fixed by arguments in general, whose own fix is one: vLLM's custom
-# all-reduce failing (--disable-custom-all-reduce hands the all-reduce to NCCL)
-ARG_FIXABLE_SIGNATURES = frozenset({"vllm.custom_allreduce_cuda_error"})
+# An OOM signature's `cause_after_load` (signatures.toml) wins over the stage map; the run-time OOM
+# stays an alternative at this weight.
+AFTER_LOAD_RUNTIME_WEIGHT = 0.45
 # The values --max-lora-rank accepts (vllm/config/lora.py MaxLoRARanks, 0.7 .. 0.32)
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 # A CUDA OOM with no stage landmark before or after it: the label stays "runtime" (the stage map's
@@ -388,14 +381,9 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 stage = stated
         if stage == "unknown":
             stage = _stage_after(ctx.scan, hit.line_no)
-        if (
-            cause == "oom"
-            and sig.id in SLEEP_MODE_OOM_SIGNATURES
-            and stage not in ("load", "memory_profiling")
-        ):
-            # the sleep-mode allocator grows only at start-up and at wake_up, never under load
-            cause = "startup_free_memory_below_target"
-            cand("oom_runtime_under_load").add_hit(hit, SLEEP_MODE_RUNTIME_WEIGHT, stage)
+        if cause == "oom" and sig.cause_after_load and stage not in ("load", "memory_profiling"):
+            cause = sig.cause_after_load
+            cand("oom_runtime_under_load").add_hit(hit, AFTER_LOAD_RUNTIME_WEIGHT, stage)
         if cause == "oom":
             cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
@@ -1219,7 +1207,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             if fit_u is not None:
                 flags["--gpu-memory-utilization"] = f"{fit_u:.2f}"
                 summary += f" --gpu-memory-utilization {fit_u:.2f} fits what is free."
-        elif top.sig_ids & SLEEP_MODE_OOM_SIGNATURES:
+        elif "vllm.cumem_oom" in top.sig_ids:
             share = f"{max(0.1, round((util or 0.9) - 0.1, 2)):.2f}"
             flags["--gpu-memory-utilization"] = share
             summary = (
@@ -1411,7 +1399,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             "(systemctl status nvidia-fabricmanager; compare its version with nvidia-smi's driver version). "
             "Not a memory problem."
         )
-    elif top.cause == "nccl_multi_gpu_comm_failure" and top.sig_ids & ARG_FIXABLE_SIGNATURES:
+    elif top.cause == "nccl_multi_gpu_comm_failure" and "vllm.custom_allreduce_cuda_error" in top.sig_ids:
         flags["--disable-custom-all-reduce"] = ""
         summary = (
             "vLLM's own all-reduce (csrc/custom_all_reduce.cuh, GPU buffers shared through CUDA IPC and P2P) "
@@ -1831,7 +1819,7 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         remediation=remedy,
         alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[1:4]),
         fixable_by_args=bool(info.get("fixable_by_args", False))
-        or bool(top.sig_ids & ARG_FIXABLE_SIGNATURES),
+        or any(h.signature.fixable_by_args for h in top.hits),
         title=str(info.get("title", "")),
         memory=bool(info.get("memory", False)),
         source=top.hits[0].signature.source if top.hits else "",

@@ -137,6 +137,11 @@ class Signature:
     kind: str  # log | kernel | any
     source: str
     nocase: bool = False  # the needle (stored lower-case) and the regex ignore case: retyped messages
+    # for cause "oom": the cause once loading is over, whatever the stage map says (an allocator that
+    # only grows at start-up, such as vLLM's sleep-mode allocator)
+    cause_after_load: str | None = None
+    # this message's own fix is an argument, although its cause's fixes in general are not
+    fixable_by_args: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,8 @@ def playbook(folder: str | None = None) -> Playbook:
                 kind=str(raw.get("kind", "log")),
                 source=str(raw.get("source", "")),
                 nocase=nocase,
+                cause_after_load=raw.get("cause_after_load"),
+                fixable_by_args=bool(raw.get("fixable_by_args", False)),
             )
         )
     marks = [
