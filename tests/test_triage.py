@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -1752,6 +1753,30 @@ def test_jupyter_frames_are_read_as_python_frames(tmp_path: Path) -> None:
     assert "--gpu-memory-utilization" in d.remediation.flag_changes
 
 
+def test_a_notebook_traceback_cut_before_its_end_is_read_by_its_header(tmp_path: Path) -> None:
+    header = "LocalEntryNotFoundError                   Traceback (most recent call last)\n"
+    frames = (
+        "Cell In[3], line 1\n"
+        "----> 1 llm = LLM(model='facebook/opt-125m')\n"
+        "File ~/env/lib/python3.8/site-packages/vllm/entrypoints/llm.py:62, in LLM.__init__(self, model)\n"
+        "---> 62 self.llm_engine = LLMEngine.from_engine_args(engine_args)\n"
+    )
+    d = diagnose(_write(tmp_path, "nb.log", header + frames))
+    assert d.cause == "config_error_not_resource"
+    assert any("LocalEntryNotFoundError" in e.text for e in d.evidence)
+    # without the header the same frames say nothing
+    assert diagnose(_write(tmp_path, "nb3.log", frames)).cause == "unknown"
+    # a closing line ends the header's traceback: its message is read, not the bare class
+    closed = (
+        header
+        + frames
+        + "LocalEntryNotFoundError: Connection error, and we cannot find the requested files.\n"
+    )
+    assert [e.message for e in scan(io.BytesIO(closed.encode())).exceptions] == [
+        "Connection error, and we cannot find the requested files."
+    ]
+
+
 def test_weights_larger_than_the_card_make_a_stage_free_oom_a_load_oom(tmp_path: Path) -> None:
     cmd = (
         "CUDA_VISIBLE_DEVICES=0,1,2,3 python3 -m vllm.entrypoints.openai.api_server "
@@ -2505,6 +2530,30 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "available "
             "memory for the cache blocks.\n",
             "no_kv_cache_memory",
+        ),
+        # the CUDA driver API's error names (cuda.h CUresult), printed by libraries that check it themselves
+        (
+            "RuntimeError: Engine core initialization failed.\nCUDA_ERROR_ILLEGAL_ADDRESS\n",
+            "illegal_memory_access_software_bug",
+        ),
+        ("cuda.bindings error: CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU\n", "arch_no_kernel_image"),
+        (
+            "RuntimeError: CUDA driver call failed: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        ("DeepEP error: CUDA_ERROR_ECC_UNCORRECTABLE at csrc/kernels/runtime.cu:42\n", "gpu_hardware_fault"),
+        # a kernel's own assert print, the lines before 'device-side assert triggered'
+        (
+            "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "
+            "Assertion `index out of bounds: 0 <= tmp10 < 4096` failed.\n",
+            "illegal_memory_access_software_bug",
+        ),
+        # V0's MQ engine logs str(e) above the traceback: an AttributeError's message without its class
+        (
+            "ERROR 05-26 00:17:47 [engine.py:448] 'ColumnParallelLinear' object has no attribute "
+            "'input_scale'\n"
+            "ERROR 05-26 00:17:47 [engine.py:448] Traceback (most recent call last):\n",
+            "config_error_not_resource",
         ),
     ],
 )

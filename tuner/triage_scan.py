@@ -227,6 +227,9 @@ class ScanResult:
     self_sigkill: bool = False
     # rows of an nvidia-smi or nvitop process table pasted into the log: (GPU index, pid, MiB, the row)
     gpu_processes: list[tuple[int, int, float, str]] = field(default_factory=list)
+    # IPython's traceback header ('OutOfMemoryError    Traceback (most recent call last)') not yet closed
+    # by its exception line: (line, class, the header)
+    notebook_header: tuple[int, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,13 @@ _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+')
 _EXC = re.compile(
     r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
+)
+# IPython / Jupyter open a traceback with the exception's class ('LocalEntryNotFoundError     Traceback
+# (most recent call last)', IPython.core.ultratb) and close it with 'Class: message'; a notebook excerpt
+# cut before its end still names the class
+_IPY_HEADER = re.compile(
+    r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))"
+    r"\s+Traceback \(most recent call last\)"
 )
 _PID = re.compile(r"\bpid=(\d+)")
 _VERSION = re.compile(r"(?:version |\(v)(\d+\.\d+\.\d+[\w.+-]*)")
@@ -586,6 +596,12 @@ def scan(stream: BinaryIO, kind: str = "log", pb: Playbook | None = None) -> Sca
     first_no = res.lines - len(tail_lines) + 1
     skip = 0 if res.bytes <= len(last_buf) else 1  # the first tail line may be cut unless it opens the log
     res.tail = [(first_no + i, clean_line(t)) for i, t in enumerate(tail_lines[skip:], start=skip)][-40:]
+    if res.notebook_header is not None:
+        # a notebook traceback cut before its closing line: its class, without a message, as its end
+        n, exc, header = res.notebook_header
+        frames = tuple(path for line, path in res.recent_frames if line > n)
+        res.exceptions.append(PyException(n, exc, "", header, frames))
+        del res.exceptions[:-KEEP_EXCEPTIONS]
     _rejoin_wrapped(res, sigs)
     return res
 
@@ -707,7 +723,12 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
         return
     m = _EXC.search(text[:MAX_LINE])
     if m is None:
+        h = _IPY_HEADER.match(text[:MAX_LINE])
+        if h:
+            res.notebook_header = (line_no, h.group("exc"), text[:1000])
+            res.recent_frames.clear()
         return
+    res.notebook_header = None
     frames = tuple(path for n, path in res.recent_frames if line_no - n <= FRAME_WINDOW)
     msg = (m.group("msg") or "")[:500]
     res.exceptions.append(PyException(line_no, m.group("exc"), msg, text[:1000], frames))
