@@ -2542,6 +2542,17 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "cuda_driver_runtime_mismatch",
         ),
         ("DeepEP error: CUDA_ERROR_ECC_UNCORRECTABLE at csrc/kernels/runtime.cu:42\n", "gpu_hardware_fault"),
+        # V1's start-up failure names each engine process's exit code: -9 is SIGKILL; {} names none
+        (
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
+            "{'EngineCore_DP0': -9}\n",
+            "host_ram_oom_killed",
+        ),
+        (
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {}\n",
+            "unknown",
+        ),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "
