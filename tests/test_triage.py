@@ -2553,6 +2553,70 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "Failed core proc(s): {}\n",
             "unknown",
         ),
+        # a hybrid model with the hybrid KV cache manager off (a KV connector), in two releases' words
+        (
+            "ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one "
+            "unified type.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Failed to promote local KV cache specs to one unified type.\n",
+            "config_error_not_resource",
+        ),
+        # 0.5's Gemma-2 soft-capping check
+        (
+            "ValueError: Please use Flashinfer backend for models with logits_soft_cap (i.e., Gemma-2). "
+            "Otherwise, the output might be wrong. Set Flashinfer backend by export "
+            "VLLM_ATTENTION_BACKEND=FLASHINFER.\n",
+            "config_error_not_resource",
+        ),
+        # Gloo cannot open its transport on an interface the host lacks
+        (
+            "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != "
+            "nullptr. Unable to find address for: eth0\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        # a segfault whose faulting instruction abseil names inside NCCL, and one it does not
+        (
+            "(RayWorkerWrapper pid=37) *** SIGSEGV received at time=1745722347 on cpu 48 ***\n"
+            "(RayWorkerWrapper pid=37) PC: @     0x7f7e7ba49b8a  (unknown)  addProxyOpIfNeeded()\n"
+            "(RayWorkerWrapper pid=37) Fatal Python error: Segmentation fault\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            "(RayWorkerWrapper pid=37) PC: @     0x7f7e7ba49b8a  (unknown)  at::native::copy_()\n"
+            "(RayWorkerWrapper pid=37) Fatal Python error: Segmentation fault\n",
+            "illegal_memory_access_software_bug",
+        ),
+        # cudaErrorOperatingSystem: pinned host memory refused
+        (
+            "INFO 09-15 12:35:28 llm_engine.py:201] # GPU blocks: 7384, # CPU blocks: 6553\n"
+            "RuntimeError: CUDA error: OS call failed or operation not supported on this OS\n",
+            "host_pinned_memory_swap_space",
+        ),
+        # an endpoint the served model's task does not provide
+        (
+            '{"object":"error","message":"The model does not support Rerank (Score) API"}\n',
+            "config_error_not_resource",
+        ),
+        # 0.5's multimodal placeholder check said 'image tokens'
+        (
+            "ValueError: Attempted to assign 2160 = 2160 image tokens to 0 placeholders\n",
+            "config_error_not_resource",
+        ),
+        # CPython's unpacking and index errors inside vLLM's model code; the same outside vllm/ says nothing
+        (
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/attention/layer.py", line 290, in forward\n'
+            "    bsz, q_len, _ = query.size()\n"
+            "ValueError: too many values to unpack (expected 3)\n",
+            "config_error_not_resource",
+        ),
+        (
+            '  File "/home/u/app/main.py", line 12, in pick\n'
+            "    return items[3]\n"
+            "IndexError: list index out of range\n",
+            "unknown",
+        ),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "
