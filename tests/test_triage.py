@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner import triage
+from tuner import triage, triage_scan
 from tuner.rundir import TELEMETRY_COLUMNS
 from tuner.triage import apply_flag_changes, diagnose, round_down_len
 from tuner.triage_inputs import read_telemetry
@@ -97,6 +97,26 @@ def test_prefilter_anchors_never_match_an_ordinary_serving_line() -> None:
         '/v1/completions HTTP/1.1" 200 OK\n'
     ).lower()
     assert not [a for a in ANCHORS if a in healthy]
+
+
+def test_the_automaton_and_the_find_fallback_pick_the_same_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyahocorasick is optional: without it one bytes.find pass per trigger word must find the same
+    candidate lines, so every corpus log (ASCII, CJK, CRLF, colour codes) scans alike either way."""
+    pytest.importorskip("ahocorasick")
+    logs = sorted(CORPUS.glob("*.log"))
+    assert len(logs) > 1000
+
+    def scan_all() -> list[tuple[object, ...]]:
+        out = []
+        for log in logs:
+            with log.open("rb") as fh:
+                res = scan(fh)
+            out.append((log.name, [(h.signature.id, h.line_no) for h in res.hits], res.stage, res.exceptions))
+        return out
+
+    with_automaton = scan_all()
+    monkeypatch.setattr(triage_scan, "ahocorasick", None)  # the matcher is built per scan
+    assert scan_all() == with_automaton
 
 
 # ---------------------------------------------------------------------------------------------- CLI

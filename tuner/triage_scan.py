@@ -23,6 +23,11 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:  # one pass of a compiled Aho-Corasick automaton finds every trigger word in a chunk
+    import ahocorasick
+except ImportError:  # absent is not an error: one bytes.find pass per trigger word finds the same lines
+    ahocorasick = None
 from typing import Any, BinaryIO
 
 from tuner.data import data_dir, load_toml
@@ -386,6 +391,40 @@ class _Matcher:
         # (every candidate line is tested against all the needles, whichever trigger found it)
         words = {w for w in words if not any(o != w and o in w for o in words)}
         self.triggers = sorted(w.encode() for w in words)
+        self.automaton = None
+        if ahocorasick is not None:
+            automaton = ahocorasick.Automaton()
+            for w in self.triggers:
+                key = w.decode("latin-1")  # the UTF-8 bytes, as the chunk is read ('显存' too)
+                automaton.add_word(key, key)
+            automaton.make_automaton()
+            self.automaton = automaton
+
+    def candidate_lines(self, low: bytes) -> dict[int, int]:
+        """Start -> end of each line of the (lower-cased) chunk that holds a trigger word."""
+        starts: dict[int, int] = {}
+        if self.automaton is not None:
+            text = low.decode("latin-1")  # one character per byte: offsets stay byte offsets
+            line_end = -1
+            for end, _word in self.automaton.iter(text):
+                if end < line_end:
+                    continue  # another trigger on a line already taken
+                ls = text.rfind("\n", 0, end) + 1
+                line_end = text.find("\n", end)
+                if line_end < 0:
+                    line_end = len(text)
+                starts.setdefault(ls, line_end)
+            return starts
+        for trig in self.triggers:
+            pos = low.find(trig)
+            while pos >= 0:
+                ls = low.rfind(b"\n", 0, pos) + 1
+                le = low.find(b"\n", pos)
+                if le < 0:
+                    le = len(low)
+                starts.setdefault(ls, le)
+                pos = low.find(trig, le)
+        return starts
 
 
 # Lines that make up a Python traceback: its frames ('  File "/x/y.py", line 3, in f') and its closing
@@ -556,18 +595,7 @@ def scan(stream: BinaryIO, kind: str = "log", pb: Playbook | None = None) -> Sca
             buf = buf[:cut]
         res.bytes += len(buf)
         # line starts that hold a trigger, in order
-        starts: dict[int, int] = {}
-        low = buf.lower()
-        for trig in matcher.triggers:
-            pos = low.find(trig)
-            while pos >= 0:
-                ls = low.rfind(b"\n", 0, pos) + 1
-                le = low.find(b"\n", pos)
-                if le < 0:
-                    le = len(buf)
-                starts.setdefault(ls, le)
-                pos = low.find(trig, le)
-        del low
+        starts = matcher.candidate_lines(buf.lower())
         counted_at = 0
         line_no = base_line
         for ls in sorted(starts):
