@@ -2637,6 +2637,67 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "IndexError: list index out of range\n",
             "unknown",
         ),
+        # round 33: vLLM's own checks, read in their sources
+        ("ERROR 08-29 11:24:10 [engine.py:467] CPU backend only supports V1.\n", "config_error_not_resource"),
+        (
+            "OSError: It looks like the config file at '/models/tinyllama-1.1b-chat-v1.0.Q4_0.gguf' is not a "
+            "valid JSON file.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ValueError: Unable to find matching target for model.layers.0.self_attn.q_proj in the "
+            "compressed-tensors config.\n",
+            "config_error_not_resource",
+        ),
+        # Ray's placement-group check, wrapped after 'the total' as terminals print it
+        (
+            "ValueError: The number of required GPUs exceeds the total\nnumber of available GPUs in the "
+            "placement group.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "[rank0]: ValueError: Either SamplingParams or PoolingParams must be provided.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "error: ValueError: Expected hidden_size to be 5120, but found: 2390\n",
+            "config_error_not_resource",
+        ),
+        (
+            "[2024-06-13 16:11:51,588 E 13261 13261] core_worker.cc:228: Failed to register worker "
+            "01000000ffff to Raylet. IOError: [RayletClient] Unable to register worker with raylet. No such "
+            "file or directory\n",
+            "config_error_not_resource",
+        ),
+        (
+            "FATAL: kernel `fmha_cutlassF_f16_aligned_64x128_rf_sm80` is for sm80-sm100, but was built for "
+            "sm50\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ValueError: The output size is not aligned with the quantized weight shape. This can be caused "
+            "by too large tensor parallel size.\n",
+            "config_error_not_resource",
+        ),
+        # a layer's attention module this rank does not hold (pipeline parallelism the model lacks)
+        ("KeyError: 'language_model.model.layers.30.self_attn.attn'\n", "config_error_not_resource"),
+        # the socket module's lower-case exception class closes the traceback
+        (
+            '  File "/usr/lib/python3.10/socket.py", line 955, in getaddrinfo\n'
+            "    for res in _socket.getaddrinfo(host, port, family, type, proto, flags):\n"
+            "socket.gaierror: [Errno -3] Temporary failure in name resolution\n",
+            "config_error_not_resource",
+        ),
+        (
+            "TypeError: LLMatcher.validate_grammar() got some positional-only arguments passed as keyword "
+            "arguments: 'tokenizer'\n",
+            "config_error_not_resource",
+        ),
+        # an AttributeError's message alone, with a person's typographic quotes
+        (
+            "DeciLMConfig object has no attribute ‘num_key_value_heads_per_layer’\n",
+            "config_error_not_resource",
+        ),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "

@@ -435,7 +435,7 @@ TRACEBACK_TRIGGERS = (
 )  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+')
 _EXC = re.compile(
-    r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception))"
+    r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
 # IPython / Jupyter open a traceback with the exception's class ('LocalEntryNotFoundError     Traceback
@@ -747,7 +747,14 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
             if res.engine == "vllm" and not res.vllm_version and "/lmdeploy/" in path:
                 res.engine = "lmdeploy"  # LMDeploy's frames: its messages get its options, not vLLM's
         return
-    if "Error" not in text and "Exception" not in text and "Exit" not in text and "Interrupt" not in text:
+    if (
+        "Error" not in text
+        and "Exception" not in text
+        and "Exit" not in text
+        and "Interrupt" not in text
+        and "aierror" not in text  # the socket module's lower-case classes: socket.gaierror, socket.herror
+        and "herror" not in text
+    ):
         return
     m = _EXC.search(text[:MAX_LINE])
     if m is None:
