@@ -1107,12 +1107,18 @@ def test_an_unknown_error_raised_while_vllm_builds_its_config_is_a_config_error_
     assert any("py.config_validation" in e.detail for e in d.evidence)
 
 
-def test_the_same_error_raised_in_the_model_runner_or_about_memory_stays_unknown(tmp_path: Path) -> None:
+def test_the_same_error_raised_in_the_model_runner_is_only_weak_and_about_memory_stays_unknown(
+    tmp_path: Path,
+) -> None:
     runner = _traceback(
         ["/venv/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py"],
         "ValueError: the 'factor' field must be a float value",
     )
-    assert diagnose(_write(tmp_path, "a.log", runner)).cause == "unknown"
+    d = diagnose(_write(tmp_path, "a.log", runner))
+    # outside vLLM's configuration code only the last-resort rule reads it, and says so by its confidence
+    assert d.cause == "config_error_not_resource"
+    assert d.confidence < 0.5
+    assert [e.detail.split(":")[0] for e in d.evidence if e.kind == "log"][0] == "py.value_error_not_resource"
     memory = _traceback(
         ["/venv/lib/python3.12/site-packages/vllm/config/cache.py"],
         "ValueError: not enough memory for the requested swap space",
