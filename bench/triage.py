@@ -66,9 +66,15 @@ def timed(argv: list[str]) -> tuple[float, str]:
     """Run a command; return its wall time and stdout."""
     import os
 
+    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
     t0 = time.perf_counter()
     proc = subprocess.run(
-        argv, capture_output=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True
+        argv,
+        capture_output=True,
+        cwd=REPO,
+        # the repository first; a PYTHONPATH already set (packages installed with --target) stays behind it
+        env={**os.environ, "PYTHONPATH": path},
+        check=True,
     )
     return time.perf_counter() - t0, proc.stdout.decode(errors="replace")
 

@@ -119,6 +119,24 @@ def test_the_automaton_and_the_find_fallback_pick_the_same_lines(monkeypatch: py
     assert scan_all() == with_automaton
 
 
+def test_automaton_windows_end_at_line_ends_so_no_trigger_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 7)
+    text = "abc\nCUDA out of memory here\nxyz nccl error\n" * 3 + "tail without a newline out of memory"
+    windows = list(triage_scan._windows(text))
+    assert len(windows) > 3
+    assert "".join(w for _, w in windows) == text
+    assert all(w.endswith("\n") for _, w in windows[:-1])
+    assert [base for base, _ in windows] == [sum(len(w) for _, w in windows[:i]) for i in range(len(windows))]
+    # every trigger word is found with windows this small as with one window
+    pytest.importorskip("ahocorasick")
+    pb = playbook()
+    matcher = triage_scan._Matcher([s for s in pb.signatures if s.kind != "kernel"], pb.landmarks)
+    small = matcher.candidate_lines(text.lower().encode())
+    monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 1 << 20)
+    assert small == matcher.candidate_lines(text.lower().encode())
+    assert len(small) == 7
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 def test_json_output_has_the_interface_keys_and_exit_code_0(tmp_path: Path) -> None:
     log = _write(
@@ -1118,7 +1136,8 @@ def test_the_same_error_raised_in_the_model_runner_is_only_weak_and_about_memory
     # outside vLLM's configuration code only the last-resort rule reads it, and says so by its confidence
     assert d.cause == "config_error_not_resource"
     assert d.confidence < 0.5
-    assert [e.detail.split(":")[0] for e in d.evidence if e.kind == "log"][0] == "py.value_error_not_resource"
+    rule = next(e.detail.split(":")[0] for e in d.evidence if e.kind == "log")
+    assert rule == "py.value_error_not_resource"
     memory = _traceback(
         ["/venv/lib/python3.12/site-packages/vllm/config/cache.py"],
         "ValueError: not enough memory for the requested swap space",

@@ -370,6 +370,24 @@ def clean_line(raw: bytes) -> str:
     return text
 
 
+AUTOMATON_WINDOW = 1 << 20  # characters: the automaton copies what it searches into 4 bytes a character
+
+
+def _windows(text: str) -> Iterable[tuple[int, str]]:
+    """The chunk in pieces of about AUTOMATON_WINDOW characters that end at a line's end (no trigger word
+    holds a newline, so none is cut in two), each with its offset."""
+    start, n = 0, len(text)
+    while start < n:
+        end = start + AUTOMATON_WINDOW
+        if end < n:
+            nl = text.find("\n", end)
+            end = n if nl < 0 else nl + 1
+        else:
+            end = n
+        yield start, text[start:end]
+        start = end
+
+
 class _Matcher:
     """Trigger words -> the needles behind them. Rebuilt when a stage is passed (its landmarks retire)
     and when an information line has been read (it is needed once)."""
@@ -406,14 +424,16 @@ class _Matcher:
         if self.automaton is not None:
             text = low.decode("latin-1")  # one character per byte: offsets stay byte offsets
             line_end = -1
-            for end, _word in self.automaton.iter(text):
-                if end < line_end:
-                    continue  # another trigger on a line already taken
-                ls = text.rfind("\n", 0, end) + 1
-                line_end = text.find("\n", end)
-                if line_end < 0:
-                    line_end = len(text)
-                starts.setdefault(ls, line_end)
+            for base, window in _windows(text):
+                for end, _word in self.automaton.iter(window):
+                    end += base
+                    if end < line_end:
+                        continue  # another trigger on a line already taken
+                    ls = text.rfind("\n", 0, end) + 1
+                    line_end = text.find("\n", end)
+                    if line_end < 0:
+                        line_end = len(text)
+                    starts.setdefault(ls, line_end)
             return starts
         for trig in self.triggers:
             pos = low.find(trig)
