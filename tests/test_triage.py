@@ -2723,6 +2723,45 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "DeciLMConfig object has no attribute ‘num_key_value_heads_per_layer’\n",
             "config_error_not_resource",
         ),
+        # round 34
+        ("KeyError: 'transformer.h.0.attn.c_attn.g_idx'\n", "config_error_not_resource"),
+        (
+            "[Bug]: documentation say XLMRobertaForSequenceClassification is supported but logs say "
+            "['XLMRobertaForSequenceClassification'] are not supported for now\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ERROR 02-23 13:07:13 engine.py:400] The Transformers implementation of XLMRobertaModel is not "
+            "compatible with vLLM.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "WARNING 02-13 07:19:11 scheduler.py:949] Input prompt (32889 tokens) is too long and exceeds "
+            "limit of 2048\n",
+            "config_error_not_resource",
+        ),
+        (
+            "ERROR 04-08 07:13:28 [serving_chat.py:198] Error in preprocessing prompt inputs\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Failed to import transformers.models.bloom.modeling_bloom because of the "
+            "following error (look up to see its traceback):\n",
+            "config_error_not_resource",
+        ),
+        # ... and the import's own error on the next line decides where it has a rule
+        (
+            "RuntimeError: Failed to import transformers.models.bloom.modeling_bloom because of the "
+            "following error (look up to see its traceback):\nlibcudart.so.12: cannot open shared object "
+            "file: No such file or directory\n",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "[Bug]: ImportError: vllm/_C.abi3.so: undefined symbol "
+            "_ZN3c106ivalue14ConstantString6createENSt7\n",
+            "config_error_not_resource",
+        ),
+        ("[Installation]: RM has detected an NVML/RM version mismatch\n", "cuda_driver_runtime_mismatch"),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "

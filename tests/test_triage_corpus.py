@@ -88,8 +88,9 @@ def test_corpus_accuracy_per_label_and_no_memory_label_on_non_memory_failures(
         if meta.get("heldout"):
             held[0] += diag.cause == meta["label"]
             held[1] += 1
-        # `memory_failure = true`: labelled `unknown` (no cause supported by the thread) although the log
-        # itself is an out-of-memory error, so a memory label there is not one on a non-memory failure
+        # `memory_failure = true`: labelled `unknown` (no cause supported by the thread) although the log's
+        # own lines report memory exhaustion (an OOM error, a death whose report names the OOM killer
+        # first), so a memory label there is not one on a failure known not to be about memory
         if meta["label"] not in memory and diag.cause in memory and not meta.get("memory_failure"):
             wrong_memory.append((name, diag.cause))
     with capsys.disabled():
