@@ -2762,6 +2762,12 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "config_error_not_resource",
         ),
         ("[Installation]: RM has detected an NVML/RM version mismatch\n", "cuda_driver_runtime_mismatch"),
+        # round 35
+        (
+            "AttributeError: Model LlavaForConditionalGeneration does not support BitsAndBytes quantization "
+            "yet.\n",
+            "config_error_not_resource",
+        ),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "
