@@ -2768,6 +2768,16 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "yet.\n",
             "config_error_not_resource",
         ),
+        # exceptions that say a kernel or format needs another GPU architecture (vLLM 0.32's raise sites)
+        (
+            "ValueError: SparseMQAIndexer requires an SM100-class GPU and DeepGEMM >= 2.8.\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "ValueError: nvfp4_per_token online quantization requires a Blackwell (SM100) GPU.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        ("ValueError: The tokenizer requires a chat template.\n", "config_error_not_resource"),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "
