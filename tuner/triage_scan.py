@@ -23,14 +23,14 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
+
+from tuner.data import data_dir, load_toml
 
 try:  # one pass of a compiled Aho-Corasick automaton finds every trigger word in a chunk
     import ahocorasick
 except ImportError:  # absent is not an error: one bytes.find pass per trigger word finds the same lines
     ahocorasick = None
-from typing import Any, BinaryIO
-
-from tuner.data import data_dir, load_toml
 
 STAGES: tuple[str, ...] = ("load", "memory_profiling", "kv_allocation", "graph_capture", "warmup", "serving")
 CHUNK = 4 << 20
@@ -458,6 +458,8 @@ _EXC = re.compile(
     r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
+# words one of which every exception class _EXC reads holds (the socket module's classes are lower-case)
+_EXC_WORDS = ("Error", "Exception", "Exit", "Interrupt", "gaierror", "herror")
 # IPython / Jupyter open a traceback with the exception's class ('LocalEntryNotFoundError     Traceback
 # (most recent call last)', IPython.core.ultratb) and close it with 'Class: message'; a notebook excerpt
 # cut before its end still names the class
@@ -767,14 +769,7 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
             if res.engine == "vllm" and not res.vllm_version and "/lmdeploy/" in path:
                 res.engine = "lmdeploy"  # LMDeploy's frames: its messages get its options, not vLLM's
         return
-    if (
-        "Error" not in text
-        and "Exception" not in text
-        and "Exit" not in text
-        and "Interrupt" not in text
-        and "aierror" not in text  # the socket module's lower-case classes: socket.gaierror, socket.herror
-        and "herror" not in text
-    ):
+    if not any(word in text for word in _EXC_WORDS):
         return
     m = _EXC.search(text[:MAX_LINE])
     if m is None:
