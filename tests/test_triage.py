@@ -2778,6 +2778,11 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "quant_or_dtype_unsupported_on_gpu",
         ),
         ("ValueError: The tokenizer requires a chat template.\n", "config_error_not_resource"),
+        # vLLM's own class for a request it refuses (vllm/exceptions.py: a client error)
+        (
+            "vllm.exceptions.VLLMValidationError: 'top_k' must be -1 (disable) or at least 1, got 0.\n",
+            "config_error_not_resource",
+        ),
         # a kernel's own assert print, the lines before 'device-side assert triggered'
         (
             "/w/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] "
