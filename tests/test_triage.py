@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import re
@@ -120,21 +121,30 @@ def test_the_automaton_and_the_find_fallback_pick_the_same_lines(monkeypatch: py
 
 
 def test_automaton_windows_end_at_line_ends_so_no_trigger_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 7)
+    monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 30)
     text = "abc\nCUDA out of memory here\nxyz nccl error\n" * 3 + "tail without a newline out of memory"
     windows = list(triage_scan._windows(text))
     assert len(windows) > 3
     assert "".join(w for _, w in windows) == text
     assert all(w.endswith("\n") for _, w in windows[:-1])
     assert [base for base, _ in windows] == [sum(len(w) for _, w in windows[:i]) for i in range(len(windows))]
-    # every trigger word is found with windows this small as with one window
+    # a line longer than two windows is cut, each piece starting `overlap` characters before the cut
+    monstrous = "x" * 100 + " CUDA out of memory " + "y" * 100 + "\nnext\n"
+    pieces = list(triage_scan._windows(monstrous, overlap=5))
+    assert all(text_ == monstrous[base : base + len(text_)] for base, text_ in pieces)
+    assert pieces[-1][0] + len(pieces[-1][1]) == len(monstrous)
+    steps = [b1 + len(t1) - b2 for (b1, t1), (b2, _) in itertools.pairwise(pieces)]
+    assert set(steps) == {5, 0}  # pieces cut inside the long line overlap; one ending at its newline does not
+    # every trigger word is found with windows this small as with one window, across the cuts too
     pytest.importorskip("ahocorasick")
     pb = playbook()
     matcher = triage_scan._Matcher([s for s in pb.signatures if s.kind != "kernel"], pb.landmarks)
-    small = matcher.candidate_lines(text.lower().encode())
-    monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 1 << 20)
-    assert small == matcher.candidate_lines(text.lower().encode())
-    assert len(small) == 7
+    for sample in (text, monstrous * 3):
+        monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 30)
+        small = matcher.candidate_lines(sample.lower().encode())
+        monkeypatch.setattr(triage_scan, "AUTOMATON_WINDOW", 1 << 20)
+        assert small == matcher.candidate_lines(sample.lower().encode())
+        assert small
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -152,6 +162,30 @@ def test_json_output_has_the_interface_keys_and_exit_code_0(tmp_path: Path) -> N
     assert doc["remediation"]["flag_changes"] == {"--max-model-len": "7936"}
     assert "summary" in doc["remediation"]
     assert all(set(a) == {"cause", "confidence"} for a in doc["alternatives"])
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [("RuntimeError: CUDA error: an illegal memory access was encountered\n", 0), ("nothing failed\n", 1)],
+)
+def test_a_reader_that_goes_away_leaves_the_exit_code_to_the_diagnosis(
+    tmp_path: Path, text: str, code: int
+) -> None:
+    """`gputune triage run.log | head -1`: the pipe closes before triage writes; the exit code still says
+    whether a cause was found (click alone exits 1 on EPIPE, which reads as `unknown`)."""
+    log = _write(tmp_path, "vllm.log", text)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "triage", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the interpreter has even started
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == code, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
 
 
 def test_unknown_cause_exits_1_and_missing_path_exits_2(tmp_path: Path) -> None:

@@ -7,11 +7,12 @@ command so that `gputune doctor` pays only for what it uses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 try:
     import typer  # the bulk of start-up time: a Ctrl-C here must not print a traceback either
@@ -413,8 +414,43 @@ def _exit(code: int) -> None:
     raise typer.Exit(int(code))
 
 
+class _ReaderMayLeave:
+    """sys.stdout for a command whose reader may go away (`gputune triage run.log | head -3`): a write
+    after the pipe closed goes to /dev/null instead of raising, so the command finishes and exits with
+    its own code (triage's 1 for `unknown` stays 1, a found cause 0), not with click's 1 for EPIPE."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self._gone = True
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno ...: the real stream's
+        return getattr(self._stream, name)
+
+
 def main() -> None:
     """Console-script entry point: maps errors to exit codes and one-line messages."""
+    if not isinstance(sys.stdout, _ReaderMayLeave):
+        sys.stdout = _ReaderMayLeave(sys.stdout)
     try:
         # Without standalone mode click *returns* the code of a typer.Exit instead of raising it.
         from tuner.typer_compat import coerce_without_pydantic

@@ -373,19 +373,27 @@ def clean_line(raw: bytes) -> str:
 AUTOMATON_WINDOW = 1 << 20  # characters: the automaton copies what it searches into 4 bytes a character
 
 
-def _windows(text: str) -> Iterable[tuple[int, str]]:
+def _windows(text: str, overlap: int = 0) -> Iterable[tuple[int, str]]:
     """The chunk in pieces of about AUTOMATON_WINDOW characters that end at a line's end (no trigger word
-    holds a newline, so none is cut in two), each with its offset."""
+    holds a newline, so none is cut in two), each with its offset. A line longer than the window is cut
+    anyway, the next piece starting `overlap` characters (the longest trigger word less one) before the
+    cut so that no word across it is lost."""
     start, n = 0, len(text)
     while start < n:
         end = start + AUTOMATON_WINDOW
-        if end < n:
-            nl = text.find("\n", end)
-            end = n if nl < 0 else nl + 1
-        else:
-            end = n
-        yield start, text[start:end]
-        start = end
+        if end >= n:
+            yield start, text[start:]
+            return
+        nl = text.find("\n", end, end + AUTOMATON_WINDOW)
+        if nl >= 0:
+            yield start, text[start : nl + 1]
+            start = nl + 1
+        elif n <= end + AUTOMATON_WINDOW:  # the chunk's last, unfinished line: the rest in one piece
+            yield start, text[start:]
+            return
+        else:  # a monstrous line
+            yield start, text[start:end]
+            start = max(start + 1, end - overlap)
 
 
 class _Matcher:
@@ -409,6 +417,7 @@ class _Matcher:
         # (every candidate line is tested against all the needles, whichever trigger found it)
         words = {w for w in words if not any(o != w and o in w for o in words)}
         self.triggers = sorted(w.encode() for w in words)
+        self.longest_trigger = max(map(len, self.triggers))
         self.automaton = None
         if ahocorasick is not None:
             automaton = ahocorasick.Automaton()
@@ -424,7 +433,7 @@ class _Matcher:
         if self.automaton is not None:
             text = low.decode("latin-1")  # one character per byte: offsets stay byte offsets
             line_end = -1
-            for base, window in _windows(text):
+            for base, window in _windows(text, self.longest_trigger - 1):
                 for end, _word in self.automaton.iter(window):
                     end += base
                     if end < line_end:
