@@ -2865,13 +2865,14 @@ OLD_TORCH_OOM = (
             "100.00 MiB is reserved by PyTorch but unallocated.\n",
             "oom_runtime_under_load",
         ),
-        # 1.6 GiB beyond this process on an 8 GiB card: a desktop session, not another job
+        # 1.6 GiB beyond this process on an 8 GiB card: a desktop session, not another job (alone, with
+        # 19 MiB in the cache, the line reads as a load OOM; its log, ho7-vllm-12529, names the profile run)
         (
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total "
             "capacity of 7.75 GiB of which 1.17 GiB is free. Including non-PyTorch memory, this process has "
             "5.02 GiB memory in use. Of the allocated memory 4.81 GiB is allocated by PyTorch, and 18.97 MiB "
             "is reserved by PyTorch but unallocated.\n",
-            "oom_runtime_under_load",
+            "oom_weights_do_not_fit",
         ),
     ],
 )
@@ -3184,3 +3185,36 @@ def test_one_allocation_larger_than_the_card_is_the_profiling_runs_activation(tm
     assert d.alternatives[0][0] == "oom_runtime_under_load"
     small = text.replace("408.29 GiB", "408.29 MiB")  # an ordinary request: the stage stays unknown
     assert diagnose(_write(tmp_path, "small.log", small)).cause == "oom_runtime_under_load"
+
+
+def test_a_stage_free_oom_with_nothing_freed_in_the_cache_is_a_load_oom(tmp_path: Path) -> None:
+    # tests/corpus/gpu-h200-alloc-*: real H200 OOMs from bench/gpu/allocator_cache.py. Creating weights
+    # frees nothing (0 bytes reserved but unallocated); forward passes leave their activations in the cache
+    load = Path("tests/corpus/gpu-h200-alloc-load.log").read_text()
+    d = diagnose(_write(tmp_path, "load.log", load))
+    assert d.cause == "oom_weights_do_not_fit"
+    assert d.alternatives[0][0] == "oom_runtime_under_load"
+    assert any("nothing freed yet" in e.text for e in d.evidence)
+    # the same line with a forward pass's cache (64 MiB and more freed), or with an activation-sized
+    # request (4 GiB and more), keeps the run-time reading
+    cached = load.replace("and 0 bytes is reserved", "and 64.00 MiB is reserved")
+    assert diagnose(_write(tmp_path, "cached.log", cached)).cause == "oom_runtime_under_load"
+    big = load.replace("Tried to allocate 128.00 MiB", "Tried to allocate 4.00 GiB")
+    assert diagnose(_write(tmp_path, "big.log", big)).cause == "oom_runtime_under_load"
+    serving = Path("tests/corpus/gpu-h200-alloc-serving.log").read_text()
+    assert diagnose(_write(tmp_path, "serving.log", serving)).cause == "oom_runtime_under_load"
+
+
+def test_torch_1x_oom_message_gives_the_cache_as_reserved_minus_allocated() -> None:
+    # tests/corpus/ho15-vllm-928-*: '(GPU 0; T total capacity; A already allocated; F free; R reserved in
+    # total by PyTorch)'
+    line = next(
+        ln
+        for ln in Path("tests/corpus/ho15-vllm-928-baichuan13b-a10-oom.log").read_text().splitlines()
+        if "already allocated" in ln
+    )
+    facts = triage._torch_oom_facts(line)
+    assert facts["reserved_unallocated"] == pytest.approx(
+        facts["reserved_total"] - facts["already_allocated"]
+    )
+    assert facts["reserved_unallocated"] < triage.NOTHING_FREED_MIB

@@ -63,6 +63,18 @@ SILENT_LOAD_DEATH_WEIGHT = 0.45
 # `vllm serve A --model B` with A != B: B is ignored (weak: a model that loads is no failure by itself).
 MODEL_TAG_CONFLICT_WEIGHT = 0.5
 STAGELESS_OOM_ALTERNATIVES = (("oom_weights_do_not_fit", 0.45), ("oom_sampler_warmup_or_profile_run", 0.4))
+# PyTorch's cache holding less than this (reserved but unallocated) has freed nothing but rounding: no
+# forward pass has run yet (each frees its activations into the cache). Measured on the corpus's OOMs
+# with a known stage: weight creation 0-51 MiB (11 of 13), forward passes 75 MiB and more but for
+# vLLM's profile run right after load (7 and 19 MiB).
+NOTHING_FREED_MIB = 64.0
+# The largest weight tensors of the 70B class and common MoEs: Qwen2-72B's embedding is 2.3 GiB,
+# Llama-4 Scout's stacked experts 2.5 GiB, Mixtral-8x22B's 3 GiB. A larger request is an activation.
+LARGEST_WEIGHT_TENSOR_MIB = 4096.0
+STAGELESS_NOTHING_FREED_ALTERNATIVES = (
+    ("oom_runtime_under_load", 0.45),
+    ("oom_sampler_warmup_or_profile_run", 0.4),
+)
 EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
 # Signatures that only say a process died of SIGKILL (the shell's 'Killed', exit status 137 / -9)
 SIGKILL_ONLY_SIGNATURES = frozenset({"shell.killed", "process.exit_137"})
@@ -285,6 +297,7 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
         # PyTorch)'
         "reserved_total": rf"; {size} reserved in total by PyTorch",
         "allocated_by_torch": rf"Of the allocated memory {size} is allocated by PyTorch",
+        "already_allocated": rf"; {size} already allocated",
     }
     for key, pat in pats.items():
         m = re.search(pat, text)
@@ -292,6 +305,9 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
             val = _mib(next(g for g in m.groups() if g))
             if val is not None:
                 facts[key] = val
+    if "reserved_unallocated" not in facts and "reserved_total" in facts and "already_allocated" in facts:
+        # torch 1.x .. 2.0 state what PyTorch reserved and what it allocated: the difference is the cache
+        facts["reserved_unallocated"] = max(0.0, facts["reserved_total"] - facts["already_allocated"])
     procs = [_mib(s) for s in re.findall(rf"Process \d+ has {size} memory in use", text)]
     listed = [p for p in procs if p is not None]
     if listed:
@@ -300,6 +316,23 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
         facts["listed_max"] = max(listed)
         facts["listed_big"] = sum(1 for p in listed if p >= UNLISTED_OTHERS_FLOOR_MIB)
     return facts
+
+
+def _nothing_freed_yet(facts: dict[str, float]) -> bool:
+    """A PyTorch OOM message whose cache holds next to nothing freed and whose request is weight-sized."""
+    cache, tried = facts.get("reserved_unallocated"), facts.get("tried")
+    return (
+        cache is not None
+        and tried is not None
+        and cache < NOTHING_FREED_MIB
+        and tried < LARGEST_WEIGHT_TENSOR_MIB
+    )
+
+
+def _add_once(extra: list[Evidence], ev: Evidence) -> None:
+    """Append a piece of evidence unless the list holds it (several signatures can hit one line)."""
+    if ev not in extra:
+        extra.append(ev)
 
 
 def _graphs_were_captured(text: str) -> bool:
@@ -414,6 +447,25 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                         "tuner/triage.py (vLLM's profile_run sizes: max_num_batched_tokens, "
                         "--limit-mm-per-prompt)",
                     )
+                )
+            elif stage == "unknown" and _nothing_freed_yet(facts) and not _graphs_were_captured(hit.text):
+                # PyTorch's cache holds (almost) nothing freed: no forward pass has run, since each frees
+                # its activations into the cache; weights are allocated once and kept
+                cause = "oom_weights_do_not_fit"
+                weight = min(weight, STAGELESS_OOM_WEIGHT)
+                for alt, w in STAGELESS_NOTHING_FREED_ALTERNATIVES:
+                    cand(alt).add_hit(hit, w, stage)
+                _add_once(
+                    cand(cause).extra,
+                    Evidence(
+                        "log",
+                        f"{facts['reserved_unallocated']:.0f} MiB reserved by PyTorch but unallocated and "
+                        f"{facts['tried']:.0f} MiB requested: nothing freed yet, as while weights are "
+                        "created; a forward pass (profiling, warm-up, serving) leaves freed activations "
+                        "in the cache",
+                        hit.line_no,
+                        "c10/cuda/CUDACachingAllocator.cpp (the OOM message's cache figures)",
+                    ),
                 )
             elif stage == "unknown" and not _graphs_were_captured(hit.text):
                 # No landmark says how far start-up got and nothing says CUDA graphs existed: the
