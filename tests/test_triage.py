@@ -3183,8 +3183,14 @@ def test_one_allocation_larger_than_the_card_is_the_profiling_runs_activation(tm
     d = diagnose(_write(tmp_path, "vllm.log", text))
     assert d.cause == "oom_sampler_warmup_or_profile_run"
     assert d.alternatives[0][0] == "oom_runtime_under_load"
-    small = text.replace("408.29 GiB", "408.29 MiB")  # an ordinary request: the stage stays unknown
+    # an ordinary request on a full card: the stage stays unknown
+    small = text.replace("408.29 GiB", "408.29 MiB").replace("50.72 GiB is free", "50.72 MiB is free")
     assert diagnose(_write(tmp_path, "small.log", small)).cause == "oom_runtime_under_load"
+    # the same request with 50 GiB free is no shortage of memory at all
+    roomy = text.replace("408.29 GiB", "408.29 MiB")
+    d = diagnose(_write(tmp_path, "roomy.log", roomy))
+    assert d.cause == "unknown"
+    assert any("the card had room" in e.text for e in d.evidence)
 
 
 def test_a_stage_free_oom_with_nothing_freed_in_the_cache_is_a_load_oom(tmp_path: Path) -> None:

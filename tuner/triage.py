@@ -68,6 +68,9 @@ STAGELESS_OOM_ALTERNATIVES = (("oom_weights_do_not_fit", 0.45), ("oom_sampler_wa
 # with a known stage: weight creation 0-51 MiB (11 of 13), forward passes 75 MiB and more but for
 # vLLM's profile run right after load (7 and 19 MiB).
 NOTHING_FREED_MIB = 64.0
+# A CUDA OOM whose message shows ten times the request free is not read as a memory shortage (below
+# MIN_CONFIDENCE: unknown unless other evidence speaks).
+PLENTY_FREE_WEIGHT = 0.25
 # The largest weight tensors of the 70B class and common MoEs: Qwen2-72B's embedding is 2.3 GiB,
 # Llama-4 Scout's stacked experts 2.5 GiB, Mixtral-8x22B's 3 GiB. A larger request is an activation.
 LARGEST_WEIGHT_TENSOR_MIB = 4096.0
@@ -329,6 +332,20 @@ def _nothing_freed_yet(facts: dict[str, float]) -> bool:
     )
 
 
+def _plenty_free(facts: dict[str, float]) -> str | None:
+    """A sentence when a PyTorch OOM message says the card had ten times the request free, and at least
+    5% of the card: not a shortage of memory; None otherwise."""
+    free, tried, total = facts.get("free"), facts.get("tried"), facts.get("total")
+    if free is None or tried is None or total is None:
+        return None
+    if free < 10 * tried or free < 0.05 * total:
+        return None
+    return (
+        f"{free / 1024:.1f} GiB of {total / 1024:.1f} GiB free for a {tried:.0f} MiB request: the card had "
+        "room; the allocation failed for another reason (vLLM's sleep-mode allocator, a vGPU or MIG limit)"
+    )
+
+
 def _add_once(extra: list[Evidence], ev: Evidence) -> None:
     """Append a piece of evidence unless the list holds it (several signatures can hit one line)."""
     if ev not in extra:
@@ -420,6 +437,23 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         if cause == "oom":
             cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
+            plenty = _plenty_free(facts)
+            if plenty is not None:
+                # the card had room for the request many times over: the allocation failed for another
+                # reason (vLLM's sleep-mode allocator, a vGPU / MIG limit the message does not show), so
+                # the line names no stage's OOM
+                c = cand(cause)
+                c.add_hit(hit, PLENTY_FREE_WEIGHT, stage)
+                _add_once(
+                    c.extra,
+                    Evidence(
+                        "log",
+                        plenty,
+                        hit.line_no,
+                        "c10/cuda/CUDACachingAllocator.cpp (the OOM message's figures)",
+                    ),
+                )
+                continue
             if stated is not None:
                 cand(cause).extra.append(
                     Evidence(
@@ -1795,6 +1829,15 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
             ev.append(Evidence("exit", f"exit status {ctx.exit_code}"))
         summary = str(info.get("summary", ""))
         alternatives = [(c.cause, round(c.confidence, 2)) for c in ranked[:3]]
+        # what set a known message aside (the OOM line of a card with room to spare): say so
+        weak = [e for c in ranked[:3] for e in c.extra if e.kind == "log" and e.line is not None]
+        if weak:
+            ev.extend(weak[:2])
+            summary = (
+                "Known messages were found, but none names a cause with enough confidence: "
+                + "; ".join(e.text for e in weak[:2])
+                + "."
+            )
         cut_at = _ends_inside_traceback(res)
         if res.bytes == 0 or not res.lines:
             summary = (
