@@ -3224,3 +3224,13 @@ def test_torch_1x_oom_message_gives_the_cache_as_reserved_minus_allocated() -> N
         facts["reserved_total"] - facts["already_allocated"]
     )
     assert facts["reserved_unallocated"] < triage.NOTHING_FREED_MIB
+
+
+def test_remediation_names_each_option_once() -> None:
+    # tests/corpus/ho9-qwen3-54-*: the computed alternatives change --gpu-memory-utilization and
+    # --kv-cache-dtype; the cause's generic alternatives that name the same options are dropped
+    d = diagnose(Path("tests/corpus/ho9-qwen3-54-qwen15-72b-2xa100-kv-too-small-32768.log"))
+    assert d.cause == "kv_cache_too_small_for_max_model_len"
+    alts = d.remediation.alternatives
+    for flag in ("--gpu-memory-utilization", "--kv-cache-dtype"):
+        assert sum(flag in a.summary or flag in a.flag_changes for a in alts) == 1

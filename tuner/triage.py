@@ -1591,6 +1591,9 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
         summary, flags, env, alts = _other_engine(ctx, top, summary, flags, env, alts)
         # the cause's generic alternatives name vLLM's options; another server's log keeps only the others
         base_alts = [a for a in base_alts if "--" not in a.summary]
+    # a generic alternative that names an option a computed one already changes says the same thing twice
+    proposed = {flag for a in alts for flag in a.flag_changes} | set(flags)
+    base_alts = [a for a in base_alts if not any(flag in a.summary for flag in proposed)]
     return Remediation(
         summary=summary.strip(), flag_changes=flags, env_changes=env, alternatives=tuple(alts + base_alts)
     )
