@@ -3234,3 +3234,15 @@ def test_remediation_names_each_option_once() -> None:
     alts = d.remediation.alternatives
     for flag in ("--gpu-memory-utilization", "--kv-cache-dtype"):
         assert sum(flag in a.summary or flag in a.flag_changes for a in alts) == 1
+
+
+def test_torch_2_11_watchdog_line_alone_is_a_communication_failure(tmp_path: Path) -> None:
+    # tests/corpus/gpu-h200-nccl-timeout.log (torch 2.11 on two H200s) without its 'Watchdog caught
+    # collective operation timeout' lines: torch 2.7+'s 'failure detected by watchdog at work sequence id'
+    # still names the cause
+    lines = Path("tests/corpus/gpu-h200-nccl-timeout.log").read_text().splitlines()
+    kept = [ln for ln in lines if "Watchdog caught" not in ln]
+    assert any("failure detected by watchdog at work" in ln for ln in kept)
+    d = diagnose(_write(tmp_path, "cut.log", "\n".join(kept) + "\n"))
+    assert d.cause == "nccl_multi_gpu_comm_failure"
+    assert any("detected by watchdog" in e.text for e in d.evidence)
