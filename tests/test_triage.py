@@ -3246,3 +3246,12 @@ def test_torch_2_11_watchdog_line_alone_is_a_communication_failure(tmp_path: Pat
     d = diagnose(_write(tmp_path, "cut.log", "\n".join(kept) + "\n"))
     assert d.cause == "nccl_multi_gpu_comm_failure"
     assert any("detected by watchdog" in e.text for e in d.evidence)
+
+
+def test_an_oom_under_a_per_process_memory_limit_names_the_limit() -> None:
+    # tests/fixtures/gpu/allocator/fraction-limit.log: torch 2.11 on an H200 under
+    # set_per_process_memory_fraction(0.05): 132.8 GiB free, '6.99 GiB allowed'
+    d = diagnose(Path("tests/fixtures/gpu/allocator/fraction-limit.log"))
+    assert d.cause == "unknown"
+    assert any("its own limit of 6.99 GiB" in e.text for e in d.evidence)
+    assert "6.99 GiB" in d.remediation.summary

@@ -301,6 +301,9 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
         "reserved_total": rf"; {size} reserved in total by PyTorch",
         "allocated_by_torch": rf"Of the allocated memory {size} is allocated by PyTorch",
         "already_allocated": rf"; {size} already allocated",
+        # torch.cuda.set_per_process_memory_fraction: 'this process has 7.01 GiB memory in use. 6.99 GiB
+        # allowed;' (torch 2.1+), '...; 6.99 GiB allowed; ...' (1.x)
+        "allowed": rf"{size} allowed;",
     }
     for key, pat in pats.items():
         m = re.search(pat, text)
@@ -340,9 +343,15 @@ def _plenty_free(facts: dict[str, float]) -> str | None:
         return None
     if free < 10 * tried or free < 0.05 * total:
         return None
+    head = f"{free / 1024:.1f} GiB of {total / 1024:.1f} GiB free for a {tried:.0f} MiB request"
+    head += ": the card had room"
+    if "allowed" in facts:
+        return (
+            f"{head}; the process reached its own limit of {facts['allowed'] / 1024:.2f} GiB "
+            "(torch.cuda.set_per_process_memory_fraction, set by the program or the framework around it)"
+        )
     return (
-        f"{free / 1024:.1f} GiB of {total / 1024:.1f} GiB free for a {tried:.0f} MiB request: the card had "
-        "room; the allocation failed for another reason (vLLM's sleep-mode allocator, a vGPU or MIG limit)"
+        f"{head}; the allocation failed for another reason (vLLM's sleep-mode allocator, a vGPU or MIG limit)"
     )
 
 
