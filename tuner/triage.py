@@ -74,9 +74,10 @@ PLENTY_FREE_WEIGHT = 0.25
 # The largest weight tensors of the 70B class and common MoEs: Qwen2-72B's embedding is 2.3 GiB,
 # Llama-4 Scout's stacked experts 2.5 GiB, Mixtral-8x22B's 3 GiB. A larger request is an activation.
 LARGEST_WEIGHT_TENSOR_MIB = 4096.0
+# with nothing freed, weights lead and run-time takes their place among the alternatives
 STAGELESS_NOTHING_FREED_ALTERNATIVES = (
-    ("oom_runtime_under_load", 0.45),
-    ("oom_sampler_warmup_or_profile_run", 0.4),
+    ("oom_runtime_under_load", STAGELESS_OOM_ALTERNATIVES[0][1]),
+    *STAGELESS_OOM_ALTERNATIVES[1:],
 )
 EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
 # Signatures that only say a process died of SIGKILL (the shell's 'Killed', exit status 137 / -9)
