@@ -2830,6 +2830,58 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "ERROR 05-26 00:17:47 [engine.py:448] Traceback (most recent call last):\n",
             "config_error_not_resource",
         ),
+        # DeepGEMM's FP8 block-scaling recipes exist for arch_major 9 and 10 only (csrc/utils/layout.hpp)
+        (
+            "RuntimeError: Assertion error (/workspace/.deps/deepgemm-src/csrc/apis/layout.hpp:60): Unknown SF "
+            "transformation\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # ... but an assertion on its JIT's cuobjdump run is the image's missing toolkit tools
+        (
+            "RuntimeError: Assertion error (csrc/apis/../jit_kernels/impls/../../jit/kernel_runtime.hpp:45): "
+            "exit_code == 0\n",
+            "config_error_not_resource",
+        ),
+        # vLLM's Turing/Ampere CUTLASS scaled-mm kernels check for int8 inputs first
+        ("RuntimeError: cutlass_scaled_mm_sm80_epilogue, .../scaled_mm_c2x.cu:89\n", "quant_or_dtype_unsupported_on_gpu"),
+        (
+            "RuntimeError: vllm._flashmla_C is not available, likely was not compiled due to insufficient nvcc "
+            "version or a supported arch was not in the list of target arches to compile for.\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "[rank0]: `cutlassF-pt` is not supported because:\n"
+            "[rank0]:     xFormers wasn't build with CUDA support\n",
+            "config_error_not_resource",
+        ),
+        # a wrapper whose guarded 'from vllm import LLM' failed
+        ("NameError: name 'LLM' is not defined. Did you mean: 'VLLM'?\n", "config_error_not_resource"),
+        # an exception as repr() prints it inside a wrapper's sentence reaches the last-resort rule
+        (
+            "2025-04-05 10:49:00 - The model could not be loaded. The error was ValueError('Expected a "
+            "bool for add_bos_token, got the string yes').\n",
+            "config_error_not_resource",
+        ),
+        # torch 2.1+ lists processes without 'this process has': the one holding what PyTorch holds (4.60 GiB
+        # allocated, 17.83 MiB cached, plus a context) is this one, so another job held 26.79 of 31.74 GiB
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 7 has a total "
+            "capacity of 31.74 GiB of which 17.12 MiB is free. Process 1192276 has 26.79 GiB memory in use. "
+            "Process 3455589 has 4.92 GiB memory in use. Of the allocated memory 4.60 GiB is allocated by "
+            "PyTorch, and 17.83 MiB is reserved by PyTorch but unallocated.\n",
+            "startup_free_memory_below_target",
+        ),
+        # ... but when the large figure is what PyTorch holds, it is this process's own: nothing is blamed on
+        # another job, and the empty cache reads as loading
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 7 has a total "
+            "capacity of 31.74 GiB of which 17.12 MiB is free. Process 1192276 has 26.79 GiB memory in use. "
+            "Process 3455589 has 4.92 GiB memory in use. Of the allocated memory 26.00 GiB is allocated by "
+            "PyTorch, and 17.83 MiB is reserved by PyTorch but unallocated.\n",
+            "oom_weights_do_not_fit",
+        ),
+        # ... but not a source line of a shown traceback
+        ('     29     raise ValueError("max_model_len cannot exceed 8192")\n', "unknown"),
     ],
 )
 def test_messages_read_in_their_sources(tmp_path: Path, text: str, cause: str) -> None:

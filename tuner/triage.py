@@ -322,7 +322,23 @@ def _torch_oom_facts(text: str) -> dict[str, float]:
         facts["listed_count"] = len(listed)
         facts["listed_max"] = max(listed)
         facts["listed_big"] = sum(1 for p in listed if p >= UNLISTED_OTHERS_FLOOR_MIB)
+        own = _own_listed_process(facts, listed)
+        if own is not None:
+            facts["listed_self"] = own
     return facts
+
+
+def _own_listed_process(facts: dict[str, float], listed: list[float]) -> float | None:
+    """Which of the processes a PyTorch OOM message lists ('Process N has X memory in use', torch 2.1+,
+    printed when NVML could not match this process's pid) is this one: NVML's reading of a process is
+    its PyTorch memory (allocated plus cached) and its CUDA context and library workspaces, so exactly
+    one listed figure within that allowance above PyTorch's own is this process. None when none or
+    several fit."""
+    if "allocated_by_torch" not in facts:
+        return None
+    own_torch = facts["allocated_by_torch"] + facts.get("reserved_unallocated", 0.0)
+    fits = [p for p in listed if own_torch <= p <= own_torch + NON_TORCH_ALLOWANCE_MIB]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _nothing_freed_yet(facts: dict[str, float]) -> bool:
@@ -402,6 +418,9 @@ def _other_process_mib(facts: dict[str, float]) -> float | None:
         return remainder
     if "listed_processes" not in facts and remainder is not None:
         return 0.0
+    if "listed_self" in facts and "this_process" not in facts:
+        # one listed process holds what PyTorch says this one holds: the others are other jobs
+        return facts["listed_processes"] - facts["listed_self"]
     if "listed_processes" in facts and "this_process" not in facts and facts.get("listed_big", 0) >= 2:
         # two or more listed processes each hold gigabytes: whichever of them is this one, the others
         # are jobs of their own (sibling ranks' contexts on device 0 hold a few hundred MiB)

@@ -467,6 +467,13 @@ _EXC = re.compile(
     r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
+# an exception as repr() prints it inside a wrapper's sentence: "The error was ValueError('Unsupported
+# config format: auto')." (EuroEval), "exception=RuntimeError('...')" (vLLM V0's MQ engine), "raised
+# AssertionError('...')": the class and the quoted message, read where _EXC finds no 'Class: message'
+_EXC_REPR = re.compile(
+    r"(?:^|[\s\]\)>:=(\[,])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+    r"\((?P<q>['\"])(?P<msg>.+?)(?P=q),?\)"
+)
 # words one of which every exception class _EXC reads holds (the socket module's classes are lower-case)
 _EXC_WORDS = ("Error", "Exception", "Exit", "Interrupt", "gaierror", "herror")
 # IPython / Jupyter open a traceback with the exception's class ('LocalEntryNotFoundError     Traceback
@@ -781,6 +788,10 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
     if not any(word in text for word in _EXC_WORDS):
         return
     m = _EXC.search(text[:MAX_LINE])
+    if m is None:
+        m = _EXC_REPR.search(text[:MAX_LINE])
+        if m is not None and re.search(r"\braise\b", text[: m.start("exc")]):
+            m = None  # a source line a traceback shows ('raise ValueError("...")'), not an error
     if m is None:
         h = _IPY_HEADER.match(text[:MAX_LINE])
         if h:
