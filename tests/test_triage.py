@@ -2832,8 +2832,8 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
         ),
         # DeepGEMM's FP8 block-scaling recipes exist for arch_major 9 and 10 only (csrc/utils/layout.hpp)
         (
-            "RuntimeError: Assertion error (/workspace/.deps/deepgemm-src/csrc/apis/layout.hpp:60): Unknown SF "
-            "transformation\n",
+            "RuntimeError: Assertion error (/workspace/.deps/deepgemm-src/csrc/apis/layout.hpp:60): "
+            "Unknown SF transformation\n",
             "quant_or_dtype_unsupported_on_gpu",
         ),
         # ... but an assertion on its JIT's cuobjdump run is the image's missing toolkit tools
@@ -2843,10 +2843,13 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "config_error_not_resource",
         ),
         # vLLM's Turing/Ampere CUTLASS scaled-mm kernels check for int8 inputs first
-        ("RuntimeError: cutlass_scaled_mm_sm80_epilogue, .../scaled_mm_c2x.cu:89\n", "quant_or_dtype_unsupported_on_gpu"),
         (
-            "RuntimeError: vllm._flashmla_C is not available, likely was not compiled due to insufficient nvcc "
-            "version or a supported arch was not in the list of target arches to compile for.\n",
+            "RuntimeError: cutlass_scaled_mm_sm80_epilogue, .../scaled_mm_c2x.cu:89\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        (
+            "RuntimeError: vllm._flashmla_C is not available, likely was not compiled due to insufficient "
+            "nvcc version or a supported arch was not in the list of target arches to compile for.\n",
             "arch_no_kernel_image",
         ),
         (
