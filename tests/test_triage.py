@@ -2219,6 +2219,11 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
         ),
         (
             "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n",
+            "config_error_not_resource",
+        ),
+        # the driver's own library is the driver's problem
+        (
+            "OSError: libcuda.so.1: cannot open shared object file: No such file or directory\n",
             "cuda_driver_runtime_mismatch",
         ),
         (
@@ -2788,7 +2793,7 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "RuntimeError: Failed to import transformers.models.bloom.modeling_bloom because of the "
             "following error (look up to see its traceback):\nlibcudart.so.12: cannot open shared object "
             "file: No such file or directory\n",
-            "cuda_driver_runtime_mismatch",
+            "config_error_not_resource",
         ),
         (
             "[Bug]: ImportError: vllm/_C.abi3.so: undefined symbol "
@@ -2882,6 +2887,43 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "Process 3455589 has 4.92 GiB memory in use. Of the allocated memory 26.00 GiB is allocated by "
             "PyTorch, and 17.83 MiB is reserved by PyTorch but unallocated.\n",
             "oom_weights_do_not_fit",
+        ),
+        # ---- round 44: PyTorch's NCCL detail, cuda-gdb, retyped bf16, bitsandbytes, the driver's GSP, NVLink
+        (
+            "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+            "Cuda failure 'invalid argument'\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            'Thread 71 "pt_autograd_0" received signal CUDA_EXCEPTION_14, Warp Illegal Address.\n',
+            "illegal_memory_access_software_bug",
+        ),
+        (
+            "valueerror: bfloat16 is only supported on gpus with compute capability of at least 8.0. your "
+            "tesla v100-sxm2-32gb gpu has compute capability 7.0.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        ("ERROR: Your GPU does not support Int8 Matmul!\n", "quant_or_dtype_unsupported_on_gpu"),
+        (
+            "[   24.302465] NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs "
+            "812751949 heartbeat 1899482 heartbeatWithOffsetMs 812745879 diff 6070 timeout 5200\n",
+            "gpu_hardware_fault",
+        ),
+        (
+            "torch.AcceleratorError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware "
+            "error\n",
+            "gpu_hardware_fault",
+        ),
+        (
+            "[2023-03-01 05:13:31,393] [INFO] [utils.py:834:see_memory_usage] CPU Virtual Memory:  used = "
+            "502.63 GB, percent = 99.8%\n",
+            "host_ram_oom_killed",
+        ),
+        # ... while a host with room is no evidence at all
+        (
+            "[2023-03-01 05:13:31,393] [INFO] [utils.py:834:see_memory_usage] CPU Virtual Memory:  used = "
+            "50.63 GB, percent = 9.8%\n",
+            "unknown",
         ),
         # ... but not a source line of a shown traceback
         ('     29     raise ValueError("max_model_len cannot exceed 8192")\n', "unknown"),
