@@ -1402,7 +1402,7 @@ def test_graph_capture_oom_offers_smaller_capture_sizes_on_vllm_that_has_the_fla
         ("RuntimeError: No CUDA GPUs are available", "config_error_not_resource"),
         (
             "AssertionError: float16 is required for MoE compressed models. Set dtype=torch.float16",
-            "quant_or_dtype_unsupported_on_gpu",
+            "config_error_not_resource",
         ),
     ],
 )
@@ -2925,6 +2925,29 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "50.63 GB, percent = 9.8%\n",
             "unknown",
         ),
+        # ---- round 45: cupy's TCP store, vLLM's CUTLASS build and DeepGEMM placeholder, MoE backends,
+        # TensorRT
+        ("RuntimeError: TCPStore is not available\n", "nccl_multi_gpu_comm_failure"),
+        (
+            "NotImplementedError: No compiled cutlass_scaled_mm for a compute capability less than CUDA "
+            "device capability: 87\n",
+            "arch_no_kernel_image",
+        ),
+        (
+            "RuntimeError: DeepGEMM backend is not available or outdated.\nPlease install or update the "
+            "`deep_gemm` to a newer version to enable FP8 kernels.\n",
+            "config_error_not_resource",
+        ),
+        (
+            "NotImplementedError: No NvFp4 MoE backend supports the deployment configuration.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
+        # TensorRT's CUDA out-of-memory is an OOM whose stage the log decides (none here: run-time first)
+        (
+            'E0915 15:27:00.910199 134 logging.cc:40] "[defaultAllocator.cpp::allocateAsync::44] Error Code '
+            '1: Cuda Runtime (out of memory)"\n',
+            "oom_runtime_under_load",
+        ),
         # ... but not a source line of a shown traceback
         ('     29     raise ValueError("max_model_len cannot exceed 8192")\n', "unknown"),
     ],
@@ -3050,6 +3073,10 @@ def test_a_person_naming_the_stage_outweighs_the_progress_lines_pasted_after_the
         (
             "ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
             "[torch.float16]\n",
+            {"--dtype": "float16"},
+        ),
+        (
+            "AssertionError: float16 is required for MoE compressed models. Set dtype=torch.float16\n",
             {"--dtype": "float16"},
         ),
     ],

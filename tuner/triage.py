@@ -1492,12 +1492,6 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 f"This GPU{' (compute capability ' + cap + ')' if cap else ''} has no bfloat16: "
                 "use --dtype half."
             )
-        elif "vllm.moe_compressed_needs_fp16" in sig_ids:
-            flags["--dtype"] = "float16"
-            summary = (
-                "This compressed-tensors MoE checkpoint runs only with float16 activations: "
-                "use --dtype float16."
-            )
         elif sig_ids & {"vllm.quant_min_capability", "vllm.quant_scheme_capability"}:
             method = g.get("method") or str(ctx.arg("quantization") or "")
             summary = (
@@ -1582,6 +1576,12 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 flags["--max-lora-rank"] = str(lora_fit)
                 summary += f": --max-lora-rank {lora_fit} (the smallest value vLLM accepts that holds it)"
             summary += ". Not a memory shortage."
+        elif "vllm.moe_compressed_needs_fp16" in top.sig_ids:
+            flags["--dtype"] = "float16"
+            summary = (
+                "This compressed-tensors MoE checkpoint runs only with float16 activations, whatever the "
+                "GPU: use --dtype float16. Not a memory problem."
+            )
         elif "vllm.dtype_not_supported_for_quant" in top.sig_ids and g.get("supported"):
             supported = [d.strip().removeprefix("torch.") for d in g["supported"].split(",") if d.strip()]
             method = g.get("method", "this quantization")
