@@ -2948,6 +2948,87 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             '1: Cuda Runtime (out of memory)"\n',
             "oom_runtime_under_load",
         ),
+        # ---- round 46: TensorRT-LLM and Triton, sandboxes, vLLM's loader, small engines, Metal
+        (
+            "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): out "
+            "of memory (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)\n",
+            "oom_runtime_under_load",
+        ),
+        # TensorRT's own landmarks: the engine loaded, then an OOM is its weights'
+        (
+            "[TensorRT-LLM][INFO] Loaded engine size: 13768 MiB\n"
+            "[TensorRT-LLM][ERROR] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime "
+            "(out of memory)\n",
+            "oom_weights_do_not_fit",
+        ),
+        (
+            "[TensorRT-LLM][ERROR] CUDA runtime error in cudaDeviceGetDefaultMemPool(&memPool, device): "
+            "operation not supported (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/bufferManager.cpp:170)\n",
+            "config_error_not_resource",
+        ),
+        (
+            "E0120 08:28:09.425599 2049 model_lifecycle.cc:654] \"failed to load 'tensorrt_llm' version 1: "
+            "Invalid argument: unable to find backend library for backend 'tensorrtllm', try specifying "
+            'runtime on the model configuration."\n',
+            "config_error_not_resource",
+        ),
+        # CUDA's first call refused by the OS (a user namespace): no pinned memory involved
+        (
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+            "before calling NumCudaDevices() that might have already set an error? Error 304: OS call failed "
+            "or operation not supported on this OS\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Some weights are not initialized from checkpoints: "
+            "{'model.layers.3.mlp.gate_up_proj.g_idx_sort_indices'}\n",
+            "config_error_not_resource",
+        ),
+        ("AssertionError: Not enough memory for KV cache，try reducing --num-pages\n", "no_kv_cache_memory"),
+        (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command "
+            "buffer execution failed: Insufficient Memory "
+            "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n",
+            "oom_runtime_under_load",
+        ),
+        # V0's MQ engine logs a load_weights KeyError as its key alone
+        ("ERROR 11-27 08:34:57 engine.py:366] 'lm_head.weight'\n", "config_error_not_resource"),
+        # an exception while a vLLM model class is built, with nothing about resources
+        (
+            '  File "/x/vllm/model_executor/models/hunyuan_v1.py", line 900, in __init__\n'
+            '    raise RuntimeError("No HunYuanMoE layer found in model.layers.")\n'
+            "RuntimeError: No HunYuanMoE layer found in model.layers.\n",
+            "config_error_not_resource",
+        ),
+        (
+            '  File "/x/vllm/utils.py", line 799, in current_memory_usage\n'
+            "    return mem\n"
+            "UnboundLocalError: cannot access local variable 'mem' where it is not associated with a value\n",
+            "config_error_not_resource",
+        ),
+        # an OOM that surfaces in torch.cuda's stream helper is an earlier kernel's, not context creation
+        (
+            '  File "/x/torch/cuda/__init__.py", line 636, in set_stream\n'
+            "    _set_stream_by_id(\n"
+            '  File "/x/torch/cuda/__init__.py", line 618, in _set_stream_by_id\n'
+            "    torch._C._cuda_setStream(\n"
+            "RuntimeError: CUDA error: out of memory\n",
+            "oom_runtime_under_load",
+        ),
+        # ... while the same error in _lazy_init is the CUDA context of a full card
+        (
+            '  File "/x/torch/cuda/__init__.py", line 478, in _lazy_init\n'
+            "    torch._C._cuda_init()\n"
+            "RuntimeError: CUDA error: out of memory\n",
+            "startup_free_memory_below_target",
+        ),
+        # rich's log handler wraps the OOM message in a column with its source location on the right
+        (
+            "ERROR    2024-11-28 13:24:44,248 infinity_emb ERROR: CUDA   batch_handler.py:574\n"
+            "         out of memory. Tried to allocate 3.88 GiB. GPU 0                       \n"
+            "         has a total capacity of 44.42 GiB of which 920.81                      \n",
+            "oom_runtime_under_load",
+        ),
         # ... but not a source line of a shown traceback
         ('     29     raise ValueError("max_model_len cannot exceed 8192")\n', "unknown"),
     ],

@@ -177,7 +177,7 @@ class PyException:
     exc: str  # the class as printed, possibly qualified ('huggingface_hub.errors.HFValidationError')
     message: str
     text: str
-    frames: tuple[str, ...]  # innermost last, '/' separators
+    frames: tuple[str, ...]  # innermost last, '/' separators, each 'path in function' when printed
 
 
 @dataclass(frozen=True)
@@ -462,7 +462,7 @@ TRACEBACK_TRIGGERS = (
     'file "',
     "error",
 )  # an exception class without 'Error' is read only when the line has another trigger
-_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+')
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+(?:, in (?P<func>[\w.<>]+))?')
 _EXC = re.compile(
     r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
@@ -673,6 +673,7 @@ def scan(stream: BinaryIO, kind: str = "log", pb: Playbook | None = None) -> Sca
 
 
 JOIN_SPANS = (2, 3)  # consecutive tail lines a wrapped message may be spread over
+_RICH_LOCATION = re.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
 
 
 def _sig_match(sig: Signature, text: str) -> dict[str, str] | None:
@@ -703,9 +704,19 @@ def _rejoin_wrapped(res: ScanResult, sigs: list[Signature]) -> None:
             if i + span > len(tail):
                 break
             parts = [t for _, t in tail[i : i + span]]
-            for sep in ("", " "):
-                joined = sep.join(parts)
-                shorter = (sep.join(parts[:-1]), sep.join(parts[1:]))
+            for sep in ("", " ", "rich"):
+                if sep == "rich":
+                    # rich's log handler (Python servers such as infinity) wraps a message in a column,
+                    # puts the source location ('batch_handler.py:574') at the right of its first line
+                    # and indents the rest: drop the location and the padding, then join with spaces
+                    bare = [_RICH_LOCATION.sub("", t).strip() for t in parts]
+                    if bare == [t.strip() for t in parts]:
+                        continue
+                    joined = " ".join(bare)
+                    shorter = (" ".join(bare[:-1]), " ".join(bare[1:]))
+                else:
+                    joined = sep.join(parts)
+                    shorter = (sep.join(parts[:-1]), sep.join(parts[1:]))
                 for sig in sigs:
                     groups = _sig_match(sig, joined)
                     if groups is None or any(_sig_match(sig, x) is not None for x in shorter):
@@ -780,6 +791,8 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
         m = _FRAME.search(text[:MAX_LINE])
         if m:
             path = m.group("path").replace("\\", "/")
+            if m.group("func"):
+                path += " in " + m.group("func")  # '.../torch/cuda/__init__.py in _lazy_init'
             res.recent_frames.append((line_no, path))
             del res.recent_frames[:-KEEP_FRAMES]
             if res.engine == "vllm" and not res.vllm_version and "/lmdeploy/" in path:
