@@ -3029,6 +3029,44 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "         has a total capacity of 44.42 GiB of which 920.81                      \n",
             "oom_runtime_under_load",
         ),
+        # ---- round 47: rendezvous and ZMQ addresses, SGLang's custom all-reduce and KV profile, library
+        # symbol versions
+        (
+            "[E616 02:08:15.931416442 socket.cpp:1023] [c10d] The client socket has timed out after 600000ms "
+            "while trying to connect to (172.17.0.9, 50437).\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            "(APIServer pid=396) zmq.error.ZMQError: Cannot assign requested address "
+            "(addr='tcp://10.27.91.102:13345')\n",
+            "config_error_not_resource",
+        ),
+        (
+            "RuntimeError: Runtime check failed at /sgl-workspace/sglang/python/sglang/jit_kernel/include/"
+            "sgl_kernel/distributed/custom_all_reduce.cuh:37: CUDA error: invalid argument\n",
+            "nccl_multi_gpu_comm_failure",
+        ),
+        (
+            "[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value "
+            "-561981. Use the profiled value instead.\n",
+            "no_kv_cache_memory",
+        ),
+        # a positive profiled value is only SGLang lowering the user's number
+        (
+            "[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value 61981. "
+            "Use the profiled value instead.\n",
+            "unknown",
+        ),
+        (
+            "ImportError: /env/lib/python3.10/site-packages/nvidia/cusparse/lib/libcusparse.so.12: undefined "
+            "symbol: __nvJitLinkComplete_12_4, version libnvJitLink.so.12\n",
+            "config_error_not_resource",
+        ),
+        ("ImportError: undefined symbol: _ZN3c104cuda9SetDeviceEa\n", "config_error_not_resource"),
+        (
+            "[Bug] `fp8e4nv` not supported on A100 (SM80) when serving a FP8 model\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
         # ... but not a source line of a shown traceback
         ('     29     raise ValueError("max_model_len cannot exceed 8192")\n', "unknown"),
     ],
