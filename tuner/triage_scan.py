@@ -676,6 +676,18 @@ JOIN_SPANS = (2, 3)  # consecutive tail lines a wrapped message may be spread ov
 _RICH_LOCATION = re.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
 
 
+def _joins(parts: list[str]) -> list[tuple[str, tuple[str, str]]]:
+    """The ways a wrapped message's lines go back together, each with the two joins one line shorter: a
+    fixed-width wrap (no separator), a re-flow (a space), and rich's log column (Python servers such as
+    infinity: the source location, 'batch_handler.py:574', at the right of the first line and the rest
+    indented), whose location and padding are dropped before joining with spaces."""
+    out = [(sep.join(parts), (sep.join(parts[:-1]), sep.join(parts[1:]))) for sep in ("", " ")]
+    bare = [_RICH_LOCATION.sub("", t).strip() for t in parts]
+    if bare != [t.strip() for t in parts]:
+        out.append((" ".join(bare), (" ".join(bare[:-1]), " ".join(bare[1:]))))
+    return out
+
+
 def _sig_match(sig: Signature, text: str) -> dict[str, str] | None:
     """The named groups when ``text`` carries the signature (needle, then regex), else None."""
     if sig.needle not in (text.lower() if sig.nocase else text):
@@ -703,20 +715,7 @@ def _rejoin_wrapped(res: ScanResult, sigs: list[Signature]) -> None:
         for span in JOIN_SPANS:
             if i + span > len(tail):
                 break
-            parts = [t for _, t in tail[i : i + span]]
-            for sep in ("", " ", "rich"):
-                if sep == "rich":
-                    # rich's log handler (Python servers such as infinity) wraps a message in a column,
-                    # puts the source location ('batch_handler.py:574') at the right of its first line
-                    # and indents the rest: drop the location and the padding, then join with spaces
-                    bare = [_RICH_LOCATION.sub("", t).strip() for t in parts]
-                    if bare == [t.strip() for t in parts]:
-                        continue
-                    joined = " ".join(bare)
-                    shorter = (" ".join(bare[:-1]), " ".join(bare[1:]))
-                else:
-                    joined = sep.join(parts)
-                    shorter = (sep.join(parts[:-1]), sep.join(parts[1:]))
+            for joined, shorter in _joins([t for _, t in tail[i : i + span]]):
                 for sig in sigs:
                     groups = _sig_match(sig, joined)
                     if groups is None or any(_sig_match(sig, x) is not None for x in shorter):
