@@ -1585,6 +1585,35 @@ def test_oom_while_allocating_kv_tensors_lowers_the_budget_instead_of_raising_it
     assert 0.1 <= new_u <= 0.75
 
 
+KV_ALLOC_OOM = (
+    "INFO 12-15 10:18:11 uniproc_executor.py:64] # GPU blocks: 31207\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 322.00 MiB. GPU 0 has a total capacity of "
+    "79.10 GiB of which 249.88 MiB is free.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "utilization"),
+    [
+        # a script that passes vLLM's engine arguments through: its value is the one to lower
+        (
+            "VLLM_USE_V1=1 python3 mmmu_bench.py --model OpenGVLab/InternVL2_5-8B --trust-remote-code "
+            "--gpu-memory-utilization 0.99\n",
+            0.99,
+        ),
+        # a script whose flags are not vLLM's engine arguments says nothing about them: the default stands
+        ("python3 train.py --model llama --lr 0.99\n", 0.9),
+    ],
+)
+def test_a_scripts_engine_arguments_set_the_budget_the_advice_lowers(
+    tmp_path: Path, command: str, utilization: float
+) -> None:
+    d = diagnose(_write(tmp_path, "vllm.log", command + KV_ALLOC_OOM))
+    assert d.cause == "startup_free_memory_below_target"
+    assert f"gpu_memory_utilization={utilization:g}" in d.remediation.summary
+    assert float(d.remediation.flag_changes["--gpu-memory-utilization"] or 0) < utilization
+
+
 @pytest.mark.parametrize(
     ("text", "cause"),
     [

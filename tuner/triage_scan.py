@@ -557,12 +557,27 @@ def _parse_command_line(text: str, into: dict[str, Any]) -> bool:
 _FLAGS_LINE = re.compile(r"^\s*(?:\S*vllm-openai\S*\s+)?(--model[\s=].*)$|\svllm/vllm-openai\S*\s+(--.*)$")
 
 
+# A Python script that passes vLLM's engine arguments through (vLLM's own benchmarks/*.py, an evaluation
+# script built on EngineArgs.add_cli_args): 'python3 mmmu_bench.py --model M --gpu-memory-utilization
+# 0.99'. Only with one of the engine's own memory or parallelism flags on the line, so that a training
+# script's '--model' is not taken for vLLM's.
+_SCRIPT_CMD = re.compile(r"(?:^|[\s$#>])\S*python3?(?:\.\d+)?\s+\S+\.py\s+(.*--model[\s=].*)$")
+_ENGINE_FLAGS = re.compile(
+    r"--(gpu-memory-utilization|max-model-len|tensor-parallel-size|max-num-seqs|max-num-batched-tokens|"
+    r"kv-cache-dtype|enforce-eager|swap-space|cpu-offload-gb)\b"
+)
+
+
 def _parse_continuation(text: str, into: dict[str, Any]) -> bool:
-    """Arguments on a line that carries on a pasted command ('--model M --max-model-len 4096 \\')."""
+    """Arguments on a line that carries on a pasted command ('--model M --max-model-len 4096 \\'), or on
+    a Python script's command line that passes vLLM's engine arguments through."""
     m = _FLAGS_LINE.search(text[:MAX_LINE])
-    if m is None:
+    if m is not None:
+        return _parse_flags(m.group(1) or m.group(2), into)
+    s = _SCRIPT_CMD.search(text[:MAX_LINE])
+    if s is None or not _ENGINE_FLAGS.search(s.group(1)):
         return False
-    return _parse_flags(m.group(1) or m.group(2), into)
+    return _parse_flags(s.group(1), into)
 
 
 def _parse_flags(cmd: str, into: dict[str, Any]) -> bool:
