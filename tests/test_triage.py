@@ -3096,6 +3096,15 @@ def test_a_usage_line_is_not_read_as_the_command_that_ran() -> None:
             "[Bug] `fp8e4nv` not supported on A100 (SM80) when serving a FP8 model\n",
             "quant_or_dtype_unsupported_on_gpu",
         ),
+        # LightLLM's KV pool is sized by --max_total_token_num: an OOM while it is allocated is the pool's
+        (
+            "    self.value_buffer = [torch.empty((size, head_num, head_dim), dtype=dtype, "
+            'device="cuda") for _ in range(layer_num)]\n'
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.14 GiB (GPU 0; 79.35 GiB "
+            "total capacity; 77.83 GiB already allocated; 711.19 MiB free; 77.83 GiB reserved in total by "
+            "PyTorch)\n",
+            "no_kv_cache_memory",
+        ),
         # ... but not a source line of a shown traceback
         ('     29     raise ValueError("max_model_len cannot exceed 8192")\n', "unknown"),
     ],

@@ -464,7 +464,8 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
             cause = sig.cause_after_load
             cand("oom_runtime_under_load").add_hit(hit, AFTER_LOAD_RUNTIME_WEIGHT, stage)
         if cause == "oom":
-            cause = pb.oom_by_stage.get(stage, "oom_runtime_under_load")
+            by_stage = pb.oom_by_stage_engine.get(ctx.scan.engine, {})
+            cause = by_stage.get(stage) or pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
             plenty = _plenty_free(facts)
             if plenty is not None:
@@ -1633,6 +1634,7 @@ ENGINE_NAMES = {
     "sglang": "SGLang",
     "lmdeploy": "LMDeploy",
     "turbomind": "LMDeploy (TurboMind)",
+    "lightllm": "LightLLM",
 }
 
 
@@ -1699,6 +1701,15 @@ def _other_engine(
             "(--tp), serve a 4-bit AWQ/GPTQ checkpoint (--model-format awq), or lower --session-len and "
             "--max-batch-size; --cache-max-entry-count is the share of the memory left after the weights "
             "that the cache may take.",
+            {},
+            {},
+            [],
+        )
+    if engine == "lightllm" and top.cause == "no_kv_cache_memory":
+        return (
+            f"{name} allocates its KV pool at start-up for --max_total_token_num tokens, and the pool did "
+            "not fit beside the weights: lower --max_total_token_num (each token needs 2 x layers x KV heads "
+            "x head size x 2 bytes), or shard over more GPUs (--tp).",
             {},
             {},
             [],

@@ -123,10 +123,20 @@ INFO_NEEDLES: tuple[str, ...] = (
     "KV cache memory: ",
     "MiB",
     "fatal signal from worker processes",
+    "lightllm",
+    "self.key_buffer = [torch.empty(",
+    "self.value_buffer = [torch.empty(",
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
-ENGINE_NEEDLES = {"text_generation_": "tgi", "sglang": "sglang"}
+ENGINE_NEEDLES = {
+    "text_generation_": "tgi",
+    "sglang": "sglang",
+    "lightllm": "lightllm",
+    # LightLLM's own KV pool lines as its tracebacks print them (lightllm/common/mem_manager.py, 1.x .. 2.x)
+    "self.key_buffer = [torch.empty(": "lightllm",
+    "self.value_buffer = [torch.empty(": "lightllm",
+}
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,9 @@ class Playbook:
     landmarks: tuple[Landmark, ...]
     causes: dict[str, dict[str, Any]]
     oom_by_stage: dict[str, str]
+    # servers whose stage means another cause: LightLLM sizes its KV pool by --max_total_token_num, not by
+    # the memory free, so an OOM while it allocates the pool is a pool too large, not memory held elsewhere
+    oom_by_stage_engine: dict[str, dict[str, str]]
     xid: dict[int, dict[str, Any]]
     structural: tuple[Structural, ...] = ()
     # words with which a person's sentence about an OOM names its stage ('OOM when capturing CUDA graphs')
@@ -314,6 +327,10 @@ def playbook(folder: str | None = None) -> Playbook:
         landmarks=tuple(marks),
         causes={str(k): dict(v) for k, v in cause_doc.get("cause", {}).items()},
         oom_by_stage={str(k): str(v) for k, v in cause_doc.get("oom_by_stage", {}).items()},
+        oom_by_stage_engine={
+            str(engine): {str(k): str(v) for k, v in table.items()}
+            for engine, table in cause_doc.get("oom_by_stage_engine", {}).items()
+        },
         xid=xid,
         structural=tuple(structural),
         stated=tuple(
