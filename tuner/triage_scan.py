@@ -491,6 +491,7 @@ _EXC_REPR = re.compile(
     r"(?:^|[\s\]\)>:=(\[,])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
     r"\((?P<q>['\"])(?P<msg>.+?)(?P=q),?\)"
 )
+_RAISE = re.compile(r"\braise\b")  # a source line a traceback shows, before a repr-form class
 # words one of which every exception class _EXC reads holds (the socket module's classes are lower-case)
 _EXC_WORDS = ("Error", "Exception", "Exit", "Interrupt", "gaierror", "herror")
 # IPython / Jupyter open a traceback with the exception's class ('LocalEntryNotFoundError     Traceback
@@ -834,7 +835,7 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
     m = _EXC.search(text[:MAX_LINE])
     if m is None:
         m = _EXC_REPR.search(text[:MAX_LINE])
-        if m is not None and re.search(r"\braise\b", text[: m.start("exc")]):
+        if m is not None and _RAISE.search(text[: m.start("exc")]):
             m = None  # a source line a traceback shows ('raise ValueError("...")'), not an error
     if m is None:
         h = _IPY_HEADER.match(text[:MAX_LINE])
