@@ -8,7 +8,9 @@
    lines (the baselines), then `diagnose()` on the same file, with the prefilter's automaton
    (pyahocorasick) and with its fallback (one bytes.find pass per trigger word). Prints MB/s, peak RSS
    and the ratios.
-3. Diagnoses every case of tests/corpus/ and prints accuracy per label and the mean time per log.
+3. Diagnoses every case of tests/corpus/ and prints accuracy per label and the mean time per log; the
+   lexicon (tuner/triage_lexicon.py) reading each case is the one trained on the corpus's other sets.
+   bench/triage_timesplit.py measures the lexicon on the held-out sets' first runs.
 """
 
 from __future__ import annotations
@@ -133,8 +135,11 @@ def speed(size_mb: int, keep: bool) -> None:
 
 def accuracy() -> None:
     sys.path.insert(0, str(REPO))
+    from tuner import triage_lexicon
     from tuner.triage import diagnose
 
+    # each case read with the lexicon trained on the other sets (as tests/test_triage_corpus.py does)
+    lexicons = triage_lexicon.leave_one_set_out(triage_lexicon.corpus_cases(CORPUS))
     total: Counter[str] = Counter()
     right: Counter[str] = Counter()
     times = []
@@ -146,7 +151,8 @@ def accuracy() -> None:
         tel = CORPUS / meta["telemetry"] if "telemetry" in meta else None
         kern = CORPUS / meta["dmesg"] if "dmesg" in meta else None
         t0 = time.perf_counter()
-        d = diagnose(log, telemetry=tel, dmesg=kern, exit_code=meta.get("exit_code"))
+        lex = lexicons.get(toml.stem.split("-", 1)[0])
+        d = diagnose(log, telemetry=tel, dmesg=kern, exit_code=meta.get("exit_code"), lexicon=lex)
         times.append(time.perf_counter() - t0)
         total[meta["label"]] += 1
         ok = d.cause == meta["label"]

@@ -11,6 +11,7 @@ coverage of studied failures, not a generalisation estimate."""
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tuner import triage_lexicon
 from tuner.triage import ENGINE_NAMES, diagnose
 from tuner.triage_scan import playbook, scan
 
@@ -36,11 +38,34 @@ def _cases() -> list[tuple[str, dict[str, Any]]]:
 CASES = _cases()
 
 
+@functools.cache
+def _corpus_words() -> tuple[triage_lexicon.Case, ...]:
+    return tuple(triage_lexicon.corpus_cases(CORPUS))
+
+
+@functools.cache
+def _lexicons() -> dict[str, triage_lexicon.Lexicon]:
+    """Each case is read with the lexicon trained on the other sets: the lexicon counted every corpus case,
+    and its reading of the very cases it counted would say nothing of the logs it has not seen."""
+    return triage_lexicon.leave_one_set_out(_corpus_words())
+
+
 def _run(name: str, meta: dict[str, Any]) -> Any:
     log = CORPUS / f"{name}.log"
     tel = CORPUS / meta["telemetry"] if "telemetry" in meta else None
     dmesg = CORPUS / meta["dmesg"] if "dmesg" in meta else None
-    return diagnose(log, telemetry=tel, dmesg=dmesg, exit_code=meta.get("exit_code"))
+    lex = _lexicons()[triage_lexicon.Case(name, meta["label"], frozenset()).set]
+    return diagnose(log, telemetry=tel, dmesg=dmesg, exit_code=meta.get("exit_code"), lexicon=lex)
+
+
+def test_shipped_lexicon_is_what_the_corpus_trains() -> None:
+    """playbooks/triage/lexicon.tsv is data made from the corpus: retrain it after changing a case
+    (`python -m tuner.triage_lexicon tests/corpus playbooks/triage/lexicon.tsv`)."""
+    shipped = triage_lexicon.lexicon()
+    assert shipped is not None, "playbooks/triage/lexicon.tsv is missing or unreadable"
+    trained = triage_lexicon.train_cases(_corpus_words())
+    assert shipped.cases == trained.cases, "retrain playbooks/triage/lexicon.tsv: the corpus's labels changed"
+    assert shipped.counts == trained.counts, "retrain playbooks/triage/lexicon.tsv: the corpus's logs changed"
 
 
 def test_corpus_is_labelled_with_known_causes_and_sources() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner import triage_lexicon
 from tuner.errors import ExitCode, UsageError
 from tuner.triage_inputs import (
     TelemetrySummary,
@@ -48,6 +49,8 @@ HUB_RESOLUTION_SIGNATURES = frozenset(
     }
 )
 MIN_CONFIDENCE = 0.3
+# A cause read from the words of the failure lines alone (tuner/triage_lexicon.py): below every signature.
+LEXICON_CONFIDENCE = triage_lexicon.LEXICON_CONFIDENCE
 # An OOM signature's `cause_after_load` (signatures.toml) wins over the stage map; the run-time OOM
 # stays an alternative at this weight.
 AFTER_LOAD_RUNTIME_WEIGHT = 0.45
@@ -190,6 +193,8 @@ class _Candidate:
     first_line: int = 1 << 62
     stage: str = "unknown"
     sig_ids: set[str] = field(default_factory=set)
+    # the lexicon's reading (tuner/triage_lexicon.py) when no signature named a cause
+    reading: triage_lexicon.Reading | None = None
 
     def add_hit(self, hit: Hit, weight: float, stage: str) -> None:
         if hit.signature.id not in self.sig_ids and self.sig_ids:
@@ -1204,6 +1209,18 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
     g = top.groups
     base_alts = [RemedyOption(str(a)) for a in info.get("alternatives", [])]
     summary = str(info.get("summary", ""))
+    if top.reading is not None:
+        # no message is known, so no argument is: the cause's general advice, said to be a reading
+        title = str(info.get("title", top.cause))
+        words = ", ".join(top.reading.words)
+        summary = (
+            f"No known message names the cause; the words of the failure lines ({words}) "
+            f"are those of this cause in the labelled real failures: {title}. Read the lines shown as "
+            f"evidence to confirm. {summary}"
+        )
+        if _engine(ctx, top) != "vllm":
+            base_alts = [a for a in base_alts if "--" not in a.summary]
+        return Remediation(summary=summary.strip(), alternatives=tuple(base_alts))
     flags: dict[str, str | None] = {}
     env: dict[str, str] = {}
     alts: list[RemedyOption] = []
@@ -1727,10 +1744,13 @@ def diagnose(
     telemetry: Path | None = None,
     dmesg: Path | None = None,
     exit_code: int | None = None,
+    lexicon: triage_lexicon.Lexicon | None = None,
 ) -> Diagnosis:
     """Diagnose a run directory from `gputune launch` (its last attempt) or a log file.
 
-    Raises UsageError when a path is missing or unreadable.
+    ``lexicon``: the word counts for logs no signature explains (default: the shipped
+    playbooks/triage/lexicon.tsv); the corpus tests and benchmarks pass one trained without the case's
+    own set. Raises UsageError when a path is missing or unreadable.
     """
     path = Path(path)
     if not path.exists():
@@ -1781,7 +1801,42 @@ def diagnose(
     plan = read_json(files.plan_json) if files.plan_json else {}
     ctx = _Context(res, pb, argv, env, code, tel, others, total, kernel, plan)
     ranked = _weigh(ctx, _gather(ctx))
+    if not ranked or ranked[0].confidence < MIN_CONFIDENCE:
+        lexical = _lexical_candidate(ctx, ranked, lexicon)
+        if lexical is not None:
+            ranked = [lexical, *ranked]
     return _build(ctx, ranked, files.log, files.attempt)
+
+
+def _lexical_candidate(
+    ctx: _Context, ranked: list[_Candidate], lexicon: triage_lexicon.Lexicon | None
+) -> _Candidate | None:
+    """When no signature names a cause: the cause the words of the failure lines point to
+    (tuner/triage_lexicon.py), never a memory cause; not when a memory message was set aside (an OOM line
+    of a card with room to spare stays unknown), nor when the log was cut inside a traceback."""
+    memory = {c for c, info in ctx.pb.causes.items() if info.get("memory")}
+    if any(c.cause in memory for c in ranked) or not ctx.scan.lines:
+        return None
+    if _ends_inside_traceback(ctx.scan) is not None:
+        return None  # cut before the line that names the error: _build says so
+    allowed = [c for c, info in ctx.pb.causes.items() if not info.get("memory") and c != UNKNOWN]
+    reading = triage_lexicon.read(ctx.scan, allowed, lexicon)
+    if reading is None:
+        return None
+    cand = _Candidate(reading.cause, LEXICON_CONFIDENCE, stage=ctx.scan.stage, reading=reading)
+    words = ", ".join(reading.words)
+    for no, text, line_words in reading.lines:
+        cand.extra.append(Evidence("log", text, no, f"its words weigh for the cause: {', '.join(line_words)}"))
+    cand.extra.append(
+        Evidence(
+            "log",
+            f"no signature matched; the words of the failure lines ({words}) point to {reading.cause} "
+            f"(posterior {reading.posterior:.2f} over {reading.cases} labelled real failures)",
+            None,
+            "lexicon: playbooks/triage/lexicon.tsv (tuner/triage_lexicon.py)",
+        )
+    )
+    return cand
 
 
 def _total_from_log(res: ScanResult) -> float | None:
@@ -1956,11 +2011,14 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         stage=stage,
         remediation=remedy,
         alternatives=tuple((c.cause, round(c.confidence, 2)) for c in ranked[1:4]),
-        fixable_by_args=bool(info.get("fixable_by_args", False))
-        or any(h.signature.fixable_by_args for h in top.hits),
+        # a cause read from words alone proposes no argument, so `launch --auto-fix` stops on it
+        fixable_by_args=top.reading is None
+        and (bool(info.get("fixable_by_args", False)) or any(h.signature.fixable_by_args for h in top.hits)),
         title=str(info.get("title", "")),
         memory=bool(info.get("memory", False)),
-        source=top.hits[0].signature.source if top.hits else "",
+        source=top.hits[0].signature.source
+        if top.hits
+        else ("lexicon: playbooks/triage/lexicon.tsv" if top.reading else ""),
         vllm_version=res.vllm_version,
         log=str(log) if log else None,
     )
