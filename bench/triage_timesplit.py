@@ -40,7 +40,8 @@ from tuner.triage_scan import playbook, scan  # noqa: E402
 
 CORPUS = REPO / "tests" / "corpus"
 HELDOUT = CORPUS / "HELDOUT.md"
-_SECTION = re.compile(r"^## .*?\(`(ho\d+)-\*`", re.M)
+# '## Forty-seventh set (`ho47-*`, 53 cases)' or a range: '## Rounds 48-53 (`ho48-*` .. `ho53-*`, ...)'
+_SECTION = re.compile(r"^## .*?\(`ho(\d+)-\*`(?: \.\. `ho(\d+)-\*`)?", re.M)
 _COMMIT = re.compile(r"at commit `([0-9a-f]{7,40})`")
 
 # run in the old triage's own process, with its tuner/ first on sys.path
@@ -70,7 +71,9 @@ def recorded_sets() -> dict[str, str]:
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         commit = _COMMIT.search(text, m.end(), end)
         if commit:
-            found[m.group(1)] = commit.group(1)
+            first = int(m.group(1))
+            for n in range(first, int(m.group(2) or first) + 1):
+                found[f"ho{n}"] = commit.group(1)
     return found
 
 

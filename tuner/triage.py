@@ -1623,6 +1623,20 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 "the NVIDIA container runtime, a Kubernetes nvidia.com/gpu limit), CUDA_VISIBLE_DEVICES is "
                 "empty, or the driver is not loaded (run nvidia-smi where vLLM runs). Not a memory problem."
             )
+        elif top.sig_ids & {"torch.graph_capture_forbidden_call", "cuda.stream_capture_unsupported"}:
+            if ctx.scan.engine == "sglang":
+                summary = (
+                    "The model code makes a call that a CUDA graph cannot record, so the graph capture "
+                    "failed: start SGLang with --disable-cuda-graph (slower decoding) or use a release whose "
+                    "model code is graph-safe. Not a memory problem."
+                )
+            else:
+                flags["--enforce-eager"] = ""
+                summary = (
+                    "The model code makes a call that a CUDA graph cannot record, so the graph capture "
+                    "failed: run without CUDA graphs (--enforce-eager; decoding gets slower) or use a vLLM "
+                    "release whose model code is graph-safe. Not a memory problem."
+                )
         elif "net.address_in_use" in top.sig_ids:
             port = ctx.arg("port")
             summary = (
@@ -1652,6 +1666,7 @@ ENGINE_NAMES = {
     "lmdeploy": "LMDeploy",
     "turbomind": "LMDeploy (TurboMind)",
     "lightllm": "LightLLM",
+    "exllamav2": "ExLlamaV2",
 }
 
 
@@ -1718,6 +1733,16 @@ def _other_engine(
             "(--tp), serve a 4-bit AWQ/GPTQ checkpoint (--model-format awq), or lower --session-len and "
             "--max-batch-size; --cache-max-entry-count is the share of the memory left after the weights "
             "that the cache may take.",
+            {},
+            {},
+            [],
+        )
+    if engine == "exllamav2" and top.cause == "kv_cache_too_small_for_max_model_len":
+        return (
+            f"{name} sizes its cache for max_seq_len tokens (the model's whole context when none is given), "
+            "and that cache did not fit beside the weights: give a shorter max_seq_len (TabbyAPI "
+            "max_seq_len / --max-seq-len, exllamav2's -l, text-generation-webui's max_seq_len), use the "
+            "quantized cache (cache_mode Q4/Q6/Q8, -cq4), or a lower-bpw quant of the model.",
             {},
             {},
             [],
@@ -1826,7 +1851,8 @@ def _lexical_candidate(
     cand = _Candidate(reading.cause, LEXICON_CONFIDENCE, stage=ctx.scan.stage, reading=reading)
     words = ", ".join(reading.words)
     for no, text, line_words in reading.lines:
-        cand.extra.append(Evidence("log", text, no, f"its words weigh for the cause: {', '.join(line_words)}"))
+        detail = "its words weigh for the cause: " + ", ".join(line_words)
+        cand.extra.append(Evidence("log", text, no, detail))
     cand.extra.append(
         Evidence(
             "log",

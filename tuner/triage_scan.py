@@ -126,6 +126,8 @@ INFO_NEEDLES: tuple[str, ...] = (
     "lightllm",
     "self.key_buffer = [torch.empty(",
     "self.value_buffer = [torch.empty(",
+    "exllamav2",
+    "ExLlamaV2",
 )
 # Servers other than vLLM whose logs triage reads (their own messages are in signatures.toml): the
 # advice then names their options, not vLLM's.
@@ -136,6 +138,9 @@ ENGINE_NEEDLES = {
     # LightLLM's own KV pool lines as its tracebacks print them (lightllm/common/mem_manager.py, 1.x .. 2.x)
     "self.key_buffer = [torch.empty(": "lightllm",
     "self.value_buffer = [torch.empty(": "lightllm",
+    # ExLlamaV2 and the servers on it (TabbyAPI, text-generation-webui's ExLlamav2 loader)
+    "exllamav2": "exllamav2",
+    "ExLlamaV2": "exllamav2",
 }
 
 
@@ -827,8 +832,12 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
                 path += " in " + m.group("func")  # '.../torch/cuda/__init__.py in _lazy_init'
             res.recent_frames.append((line_no, path))
             del res.recent_frames[:-KEEP_FRAMES]
-            if res.engine == "vllm" and not res.vllm_version and "/lmdeploy/" in path:
-                res.engine = "lmdeploy"  # LMDeploy's frames: its messages get its options, not vLLM's
+            if res.engine == "vllm" and not res.vllm_version:
+                # another engine's frames: its messages get its options, not vLLM's
+                if "/lmdeploy/" in path:
+                    res.engine = "lmdeploy"
+                elif "/exllamav2/" in path:
+                    res.engine = "exllamav2"
         return
     if not any(word in text for word in _EXC_WORDS):
         return

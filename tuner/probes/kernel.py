@@ -32,6 +32,16 @@ XID_CODES: dict[int, tuple[str, str]] = {
     95: ("uncontained ECC error (every application on the GPU is affected; reset the GPU)", "fail"),
     119: ("GSP firmware RPC timeout", "fail"),
     120: ("GSP firmware error", "fail"),
+    # Ampere and newer (NVIDIA's Xid catalog, drivers 535 .. 61x)
+    137: ("NVLink FLA privilege error", "warn"),
+    144: ("NVLink SAW error", "fail"),
+    145: ("NVLink RLW error", "fail"),
+    146: ("NVLink TLW error", "fail"),
+    147: ("NVLink TREX error", "fail"),
+    148: ("NVLink NVLPW control error", "fail"),
+    149: ("NVLink NETIR error", "fail"),
+    150: ("NVLink MSE error", "fail"),
+    154: ("GPU recovery action changed: the driver asks for a GPU reset, a drain or a node reboot", "fail"),
 }
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\):\s*(\d+)(?:,\s*(.*))?")
