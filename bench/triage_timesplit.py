@@ -12,7 +12,8 @@ side by side with the lexicon (tuner/triage_lexicon.py) as it would have read th
 2. the lexicon is trained on the sets collected before that set only (the sets are ordered by their
    number; the corpus's other cases, made here or gathered first, count as earlier), and reads the
    logs the baseline left `unknown` (unless a memory cause was among its weak candidates), as
-   `diagnose()` does now.
+   `diagnose()` does now. Sets first run by a commit that already had the lexicon (rounds 48 on) are
+   shown as they ran: their first run is already the figure with the lexicon.
 
 It prints, per set and in all, the cases right at the first run and with the lexicon, on all logs and on
 those holding the failure line (not `complete = false`), the cases it changed (gained, lost, still
@@ -106,6 +107,14 @@ def old_run(commit: str, names: list[str]) -> dict[str, list]:
     return result
 
 
+def has_lexicon(commit: str) -> bool:
+    """True when the commit's triage already reads with the lexicon: its first run is the figure itself."""
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "cat-file", "-e", f"{commit}:tuner/triage_lexicon.py"], capture_output=True
+    )
+    return done.returncode == 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", help="comma-separated sets (default: every set with a recorded commit)")
@@ -145,12 +154,13 @@ def main() -> int:
             continue
         lex = triage_lexicon.train_cases(c for c in cases if set_order(c.set) < k)
         old = old_run(commit, [c.name for c in members])
+        replay = not has_lexicon(commit)  # else the first run already read with the lexicon of its day
         t: Counter[str] = Counter()
         for case in members:
             m = meta[case.name]
             cause, alts = old[case.name]
             new = cause
-            if cause == "unknown" and not any(a in memory for a in alts):
+            if replay and cause == "unknown" and not any(a in memory for a in alts):
                 with (CORPUS / f"{case.name}.log").open("rb") as fh:
                     reading = triage_lexicon.read(scan(fh, "log", pb), allowed, lex)
                 if reading is not None:

@@ -1,0 +1,146 @@
+"""Real CUDA-graph capture failures that are not about memory, for triage's configuration signatures.
+
+    PYTHONPATH=. python3 bench/gpu/capture_failures.py --out DIR     # on a GPU host; seconds on an H200
+
+Model code that a CUDA graph cannot record fails while vLLM or SGLang captures its graphs, and the fix is
+to run without graphs (vLLM --enforce-eager), not more memory. Each scenario captures a small matmul
+with `torch.cuda.graph` and, inside the capture, makes one call a graph cannot hold:
+
+  capture-sync   `.item()` on a GPU tensor: a device-to-host copy and a sync on the capturing stream,
+                 refused by CUDA (cudaErrorStreamCaptureUnsupported, 'operation not permitted when stream
+                 is capturing')
+  capture-rng-offset
+                 the default CUDA generator's `set_offset()`: moving the RNG's Philox offset, which
+                 PyTorch refuses itself (aten/src/ATen/cuda/CUDAGraphsUtils.cuh assertNotCapturing:
+                 'Cannot call CUDAGeneratorImpl::set_offset during CUDA graph capture. If you need this
+                 call to be captured, please file an issue.'; older releases refused current_seed too,
+                 torch 2.11 no longer does)
+  sanitizer-oob  a CUDA C++ kernel built with nvcc that writes one element past its buffer, run under
+                 compute-sanitizer's memcheck ('Invalid __global__ write of size 4 bytes'): the tool's
+                 report of a kernel bug; skipped where nvcc or compute-sanitizer is missing or refuses
+
+Each scenario runs in its own process; its stdout and stderr (the traceback as Python prints it) go to
+DIR/<scenario>.log and its exit status to DIR/<scenario>.rc, and `gputune triage` reads the log into
+DIR/triage-<scenario>.json. One JSON line per scenario on stdout. Nothing here changes a GPU setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCENARIOS = ("capture-sync", "capture-rng-offset", "sanitizer-oob")
+# a kernel that writes one element past its buffer, for compute-sanitizer's memcheck
+OOB_KERNEL = r"""
+#include <cstdio>
+__global__ void fill(float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) out[i] = 1.0f;  // i == n is one past the end
+}
+int main() {
+  const int n = 256; float* d = nullptr;
+  cudaMalloc(&d, n * sizeof(float));
+  fill<<<1, n + 32>>>(d, n);
+  cudaError_t e = cudaDeviceSynchronize();
+  printf("kernel finished: %s\n", cudaGetErrorString(e));
+  cudaFree(d);
+  return e == cudaSuccess ? 0 : 1;
+}
+"""
+
+
+def sanitizer_oob(work: Path) -> int:
+    """Build the out-of-bounds kernel with nvcc and run it under compute-sanitizer (memcheck)."""
+    import shutil
+
+    nvcc, sanitizer = shutil.which("nvcc"), shutil.which("compute-sanitizer")
+    if not nvcc or not sanitizer:
+        print(
+            f"skipped: nvcc {nvcc or 'not found'}, compute-sanitizer {sanitizer or 'not found'}", flush=True
+        )
+        return 125
+    src = work / "oob.cu"
+    src.write_text(OOB_KERNEL)
+    exe = work / "oob"
+    built = subprocess.run([nvcc, "-o", str(exe), str(src)], capture_output=True, text=True)
+    if built.returncode:
+        print("nvcc failed:", built.stderr[-2000:], flush=True)
+        return 125
+    print(f"$ compute-sanitizer --tool memcheck {exe.name}", flush=True)
+    return subprocess.run([sanitizer, "--tool", "memcheck", str(exe)]).returncode
+
+
+def scenario(name: str, work: Path) -> int:
+    if name == "sanitizer-oob":
+        return sanitizer_oob(work)
+    import torch
+
+    a = torch.randn(1024, 1024, device="cuda")
+    b = torch.randn(1024, 1024, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (a @ b).sum()  # warm-up outside the capture, as vLLM's capture does
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    print(
+        f"capturing a CUDA graph ({name}) on {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
+        flush=True,
+    )
+    with torch.cuda.graph(graph):
+        c = a @ b
+        if name == "capture-sync":
+            c.sum().item()
+        else:
+            torch.cuda.default_generators[0].set_offset(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    print("captured without an error", flush=True)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("capture-failures"))
+    ap.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)  # the child's own run
+    opts = ap.parse_args()
+    if opts.scenario:
+        return scenario(opts.scenario, opts.out)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    )
+    for name in SCENARIOS:
+        log = opts.out / f"{name}.log"
+        with log.open("wb") as fh:
+            rc = subprocess.run(
+                [sys.executable, __file__, "--scenario", name, "--out", str(opts.out)],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+            ).returncode
+        (opts.out / f"{name}.rc").write_text(f"{rc}\n")
+        triage = subprocess.run(
+            [sys.executable, "-m", "tuner", "triage", str(log), "--exit-code", str(rc), "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        (opts.out / f"triage-{name}.json").write_text(triage.stdout)
+        try:
+            doc = json.loads(triage.stdout)
+            cause, flags = doc.get("cause"), doc.get("remediation", {}).get("flag_changes")
+        except json.JSONDecodeError:
+            cause, flags = None, None
+        print(json.dumps({"scenario": name, "exit": rc, "triage": cause, "flag_changes": flags}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
