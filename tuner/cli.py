@@ -339,6 +339,10 @@ def triage(
     """Say why a vLLM run died (which kind of OOM, or which lookalike), with the evidence and the next
     arguments to try. Exit 0 when a cause is found, 1 when it is `unknown`.
 
+    Each message is read by a signature from the program that prints it (playbooks/triage/); a log whose
+    message no signature knows is read, at confidence 0.40 and never as a memory cause, from the words of
+    its failure lines against the labelled corpus of real failures (the evidence says so).
+
     Examples:
 
       gputune triage runs/20261129-1700-qwen72b-gptq
