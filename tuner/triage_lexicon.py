@@ -30,7 +30,7 @@ The model is data: ``playbooks/triage/lexicon.tsv``, trained from the corpus wit
 and a test checks that the committed file is what the corpus trains. ``bench/triage_timesplit.py``
 measures what this reading adds on the held-out sets' first runs, trained only on the sets collected
 before each one (rounds 37-47: 231 -> 258 of 352 logs holding the failure line). On the fresh sets of
-rounds 48-59 it named a cause for 15 of 433 logs, 8 of them right: a small gain, since most new misses
+rounds 48-61 it named a cause for 15 of 470 logs, 8 of them right: a small gain, since most new misses
 hold words the corpus has not seen either (tests/corpus/HELDOUT.md).
 """
 
@@ -62,7 +62,7 @@ TEMPERATURE = 3.0
 MIN_POSTERIOR = 0.7
 # What a lexical reading is worth next to a signature (0.35 .. 0.99), below every message signature: on
 # the replayed first runs of rounds 37-47 it was right in 35 of the 42 logs it read, on the fresh logs of
-# rounds 48-59 (where it ran for real) in 8 of 15.
+# rounds 48-61 (where it ran for real) in 8 of 15.
 LEXICON_CONFIDENCE = 0.4
 EXCEPTIONS_READ = 2  # the closing lines of the last two tracebacks
 FRAMES_READ = 3  # the innermost frames of each
