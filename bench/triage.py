@@ -151,7 +151,7 @@ def accuracy() -> None:
         tel = CORPUS / meta["telemetry"] if "telemetry" in meta else None
         kern = CORPUS / meta["dmesg"] if "dmesg" in meta else None
         t0 = time.perf_counter()
-        lex = lexicons.get(toml.stem.split("-", 1)[0])
+        lex = lexicons.get(triage_lexicon.corpus_set(toml.stem))
         d = diagnose(log, telemetry=tel, dmesg=kern, exit_code=meta.get("exit_code"), lexicon=lex)
         times.append(time.perf_counter() - t0)
         total[meta["label"]] += 1

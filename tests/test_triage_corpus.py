@@ -56,7 +56,7 @@ def _run(name: str, meta: dict[str, Any]) -> Any:
     log = CORPUS / f"{name}.log"
     tel = CORPUS / meta["telemetry"] if "telemetry" in meta else None
     dmesg = CORPUS / meta["dmesg"] if "dmesg" in meta else None
-    lex = _lexicons()[triage_lexicon.Case(name, meta["label"], frozenset()).set]
+    lex = _lexicons()[triage_lexicon.corpus_set(name)]
     return diagnose(log, telemetry=tel, dmesg=dmesg, exit_code=meta.get("exit_code"), lexicon=lex)
 
 

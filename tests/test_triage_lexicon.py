@@ -35,7 +35,7 @@ def _loso() -> dict[str, triage_lexicon.Lexicon]:
 
 
 def _diagnose_case(name: str, lexicon: triage_lexicon.Lexicon | None = None) -> Diagnosis:
-    lex = lexicon if lexicon is not None else _loso()[name.split("-", 1)[0]]
+    lex = lexicon if lexicon is not None else _loso()[triage_lexicon.corpus_set(name)]
     return diagnose(CORPUS / f"{name}.log", lexicon=lex)
 
 
@@ -167,3 +167,31 @@ def test_training_from_the_command_line(tmp_path: Path) -> None:
         [sys.executable, "-m", "tuner.triage_lexicon"], capture_output=True, text=True, env=env
     )
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_training_refuses_a_broken_corpus_and_an_unwritable_target(tmp_path: Path) -> None:
+    """A .toml that does not parse, or an output folder that does not exist: a message and exit 2, and
+    no half-written lexicon left behind."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "x.toml").write_text("label = [unclosed\n")
+    (broken / "x.log").write_text("RuntimeError: boom\n")
+    out = tmp_path / "lex.tsv"
+    bad = subprocess.run(
+        [sys.executable, "-m", "tuner.triage_lexicon", str(broken), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert bad.returncode == 2 and "cannot read the corpus" in bad.stderr
+    assert not out.exists()
+    target = tmp_path / "no-such-dir" / "lex.tsv"
+    unwritable = subprocess.run(
+        [sys.executable, "-m", "tuner.triage_lexicon", str(CORPUS), str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert unwritable.returncode == 2 and "cannot write the lexicon" in unwritable.stderr
+    assert not target.parent.exists()

@@ -49,8 +49,6 @@ HUB_RESOLUTION_SIGNATURES = frozenset(
     }
 )
 MIN_CONFIDENCE = 0.3
-# A cause read from the words of the failure lines alone (tuner/triage_lexicon.py): below every signature.
-LEXICON_CONFIDENCE = triage_lexicon.LEXICON_CONFIDENCE
 # An OOM signature's `cause_after_load` (signatures.toml) wins over the stage map; the run-time OOM
 # stays an alternative at this weight.
 AFTER_LOAD_RUNTIME_WEIGHT = 0.45
@@ -1848,7 +1846,7 @@ def _lexical_candidate(
     reading = triage_lexicon.read(ctx.scan, allowed, lexicon)
     if reading is None:
         return None
-    cand = _Candidate(reading.cause, LEXICON_CONFIDENCE, stage=ctx.scan.stage, reading=reading)
+    cand = _Candidate(reading.cause, triage_lexicon.LEXICON_CONFIDENCE, stage=ctx.scan.stage, reading=reading)
     words = ", ".join(reading.words)
     for no, text, line_words in reading.lines:
         detail = "its words weigh for the cause: " + ", ".join(line_words)
@@ -1859,7 +1857,7 @@ def _lexical_candidate(
             f"no signature matched; the words of the failure lines ({words}) point to {reading.cause} "
             f"(posterior {reading.posterior:.2f} over {reading.cases} labelled real failures)",
             None,
-            "lexicon: playbooks/triage/lexicon.tsv (tuner/triage_lexicon.py)",
+            triage_lexicon.SOURCE,
         )
     )
     return cand
@@ -2042,9 +2040,7 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         and (bool(info.get("fixable_by_args", False)) or any(h.signature.fixable_by_args for h in top.hits)),
         title=str(info.get("title", "")),
         memory=bool(info.get("memory", False)),
-        source=top.hits[0].signature.source
-        if top.hits
-        else ("lexicon: playbooks/triage/lexicon.tsv" if top.reading else ""),
+        source=top.hits[0].signature.source if top.hits else (triage_lexicon.SOURCE if top.reading else ""),
         vllm_version=res.vllm_version,
         log=str(log) if log else None,
     )

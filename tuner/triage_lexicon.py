@@ -51,6 +51,8 @@ from tuner.triage_scan import ScanResult, playbook, scan
 
 FORMAT = "gputune-triage-lexicon 1"
 LEXICON_FILE = "lexicon.tsv"
+# what a diagnosis names as its source when the lexicon read it
+SOURCE = "lexicon: playbooks/triage/lexicon.tsv (tuner/triage_lexicon.py)"
 ALPHA = 1.0  # Laplace smoothing of the word counts
 # Naive Bayes counts every word as independent evidence, so its posteriors are all but 0 or 1; the
 # log-likelihoods are divided by this temperature before they are normalised, and the reading names a
@@ -229,8 +231,12 @@ class Case:
 
     @property
     def set(self) -> str:
-        """The set a case was collected in: the name's first part ('ho47', 'gh', 'cpu', 'gpu')."""
-        return self.name.split("-", 1)[0]
+        return corpus_set(self.name)
+
+
+def corpus_set(name: str) -> str:
+    """The set a corpus case was collected in: its name's first part ('ho47', 'gh', 'cpu', 'gpu')."""
+    return name.split("-", 1)[0]
 
 
 def corpus_cases(folder: Path) -> list[Case]:
@@ -372,12 +378,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     folder, out = Path(args[0]), Path(args[1])
-    cases = corpus_cases(folder)
+    try:
+        cases = corpus_cases(folder)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        print(f"{folder}: cannot read the corpus: {exc}", file=sys.stderr)
+        return 2
     if not cases:
         print(f"{folder}: no labelled cases (NAME.toml with a label beside NAME.log)", file=sys.stderr)
         return 2
     lex = train_cases(cases)
-    out.write_text(dumps(lex, f"{len(cases)} cases of {folder.name}/"), encoding="utf-8")
+    # written beside the target and renamed over it, so a failed write leaves the old lexicon whole
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(dumps(lex, f"{len(cases)} cases of {folder.name}/"), encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        print(f"{out}: cannot write the lexicon: {exc.strerror or exc}", file=sys.stderr)
+        tmp.unlink(missing_ok=True)
+        return 2
     print(f"{out}: {len(lex.counts)} words from {len(cases)} cases", file=sys.stderr)
     return 0
 
