@@ -234,6 +234,28 @@ def test_kernel_log_parser_reads_xids_and_oom_kills() -> None:
     assert [(o.pid, o.name) for o in ooms] == [(4242, "python3")]
 
 
+def test_doctor_and_triage_read_one_xid_catalogue(tmp_path: Path) -> None:
+    """checks/kernel.toml [xid] is the one table: every code the doctor names is one triage weighs with
+    the same meaning, and a code triage knows (109, a context-switch timeout) is not 'unlisted' to the
+    doctor."""
+    from tuner import xid
+    from tuner.triage import diagnose
+    from tuner.triage_scan import playbook
+
+    assert playbook().xid == xid.catalogue()
+    xids, _, _ = parse_kernel_log(
+        "[ 9.0] NVRM: Xid (PCI:0000:3b:00): 109, pid=77, name=python3, Ch 00000010\n"
+    )
+    assert xids[0].meaning == "context switch timeout" and xids[0].severity == "warn"
+    log = tmp_path / "run.log"
+    log.write_text("RuntimeError: CUDA error: unspecified launch failure\n")
+    dmesg = tmp_path / "dmesg.txt"
+    dmesg.write_text(
+        "[ 812.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus.\n"
+    )
+    assert diagnose(log, dmesg=dmesg).cause == xid.catalogue()[79].cause == "gpu_hardware_fault"
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300), st.integers(min_value=-5, max_value=10**12))
 def test_fuzz_kernel_log_parser_never_raises(noise: str, code: int) -> None:

@@ -86,7 +86,7 @@ def test_shipped_playbook_loads_and_every_signature_names_a_label_and_its_source
         assert sig.cause_after_load is None or (sig.cause == "oom" and sig.cause_after_load in LABELS), sig.id
     assert len({s.id for s in pb.signatures}) == len(pb.signatures)
     for entry in pb.xid.values():
-        assert entry["cause"] in LABELS
+        assert entry.cause in LABELS
 
 
 def test_prefilter_anchors_never_match_an_ordinary_serving_line() -> None:

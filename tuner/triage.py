@@ -726,7 +726,7 @@ def _xid_cause(pb: Playbook, hit: Hit) -> tuple[str, float]:
     entry = pb.xid.get(code)
     if entry is None:
         return "gpu_hardware_fault", 0.5
-    return str(entry["cause"]), float(entry["weight"])
+    return entry.cause, entry.weight
 
 
 def _later(a: str | None, b: str) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tuner.data import data_dir, load_toml
+from tuner.xid import XidCode, catalogue
 
 try:  # one pass of a compiled Aho-Corasick automaton finds every trigger word in a chunk
     import ahocorasick
@@ -261,7 +262,7 @@ class Playbook:
     # servers whose stage means another cause: LightLLM sizes its KV pool by --max_total_token_num, not by
     # the memory free, so an OOM while it allocates the pool is a pool too large, not memory held elsewhere
     oom_by_stage_engine: dict[str, dict[str, str]]
-    xid: dict[int, dict[str, Any]]
+    xid: dict[int, XidCode]  # checks/kernel.toml [xid], the catalogue the doctor reads too
     structural: tuple[Structural, ...] = ()
     # words with which a person's sentence about an OOM names its stage ('OOM when capturing CUDA graphs')
     stated: tuple[tuple[str, re.Pattern[str]], ...] = ()
@@ -299,7 +300,6 @@ def playbook(folder: str | None = None) -> Playbook:
         for group in stage_doc.get("landmark", [])
         for n in group.get("needles", [])
     ]
-    xid = {int(k): dict(v) for k, v in cause_doc.get("xid", {}).items()}
     structural = []
     for raw in sig_doc.get("structural", []):
 
@@ -336,7 +336,7 @@ def playbook(folder: str | None = None) -> Playbook:
             str(engine): {str(k): str(v) for k, v in table.items()}
             for engine, table in cause_doc.get("oom_by_stage_engine", {}).items()
         },
-        xid=xid,
+        xid=catalogue(),
         structural=tuple(structural),
         stated=tuple(
             (str(raw["stage"]), re.compile(str(raw["regex"]), re.IGNORECASE))

@@ -4,7 +4,7 @@ Sources: on the live host ``dmesg`` (may be denied to non-root when
 ``kernel.dmesg_restrict=1``), else ``journalctl -k``; on a snapshot its
 ``dmesg.txt``. Only the tail is read (:data:`TAIL_LINES`).
 
-Xid meanings: NVIDIA "XID Errors" catalogue (docs.nvidia.com/deploy/xid-errors).
+Xid meanings: the catalogue in checks/kernel.toml [xid] (tuner/xid.py), shared with triage.
 """
 
 from __future__ import annotations
@@ -12,37 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tuner import xid
 from tuner.host import DMESG, Host, Reading, State
 from tuner.probes import Facts
 
 TAIL_LINES = 20000
-
-# code -> (meaning, severity the check gives it)
-XID_CODES: dict[int, tuple[str, str]] = {
-    13: ("graphics engine exception (often an application bug: illegal memory access, bad kernel)", "warn"),
-    31: ("GPU memory page fault / MMU fault (often a software bug, sometimes hardware)", "warn"),
-    43: ("GPU stopped processing (a context was reset after an error)", "warn"),
-    48: ("double-bit ECC error (uncorrectable memory error): the GPU needs a reset", "fail"),
-    63: ("ECC page retirement or row remapping recorded", "fail"),
-    64: ("ECC page retirement or row remapping failed", "fail"),
-    74: ("NVLink error", "fail"),
-    79: ("GPU has fallen off the bus (PCIe link lost: power, riser, slot, overheating)", "fail"),
-    92: ("high single-bit ECC error rate", "warn"),
-    94: ("contained ECC error (the affected application must restart)", "fail"),
-    95: ("uncontained ECC error (every application on the GPU is affected; reset the GPU)", "fail"),
-    119: ("GSP firmware RPC timeout", "fail"),
-    120: ("GSP firmware error", "fail"),
-    # Ampere and newer (NVIDIA's Xid catalog, drivers 535 .. 61x)
-    137: ("NVLink FLA privilege error", "warn"),
-    144: ("NVLink SAW error", "fail"),
-    145: ("NVLink RLW error", "fail"),
-    146: ("NVLink TLW error", "fail"),
-    147: ("NVLink TREX error", "fail"),
-    148: ("NVLink NVLPW control error", "fail"),
-    149: ("NVLink NETIR error", "fail"),
-    150: ("NVLink MSE error", "fail"),
-    154: ("GPU recovery action changed: the driver asks for a GPU reset, a drain or a node reboot", "fail"),
-}
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\):\s*(\d+)(?:,\s*(.*))?")
 _PID = re.compile(r"\bpid='?(\d+)'?")
@@ -76,10 +50,6 @@ class KernelFacts:
     oom_kills: tuple[OomKill, ...] = ()
 
 
-def xid_meaning(code: int) -> tuple[str, str]:
-    return XID_CODES.get(code, ("Xid not in gputune's catalogue: see NVIDIA's Xid list", "warn"))
-
-
 def parse_kernel_log(text: str) -> tuple[tuple[XidEvent, ...], tuple[OomKill, ...], int]:
     """Pure parser of a kernel log (dmesg, journalctl -k): Xid events, OOM kills, and the line count."""
     xids: list[XidEvent] = []
@@ -90,7 +60,7 @@ def parse_kernel_log(text: str) -> tuple[tuple[XidEvent, ...], tuple[OomKill, ..
             m = _XID.search(line)
             if m:
                 code = int(m.group(2))
-                meaning, severity = xid_meaning(code)
+                meaning, severity = xid.meaning(code)
                 pid = _PID.search(m.group(3) or "")
                 xids.append(
                     XidEvent(
