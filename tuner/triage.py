@@ -72,6 +72,10 @@ NOTHING_FREED_MIB = 64.0
 # A CUDA OOM whose message shows ten times the request free is not read as a memory shortage (below
 # MIN_CONFIDENCE: unknown unless other evidence speaks).
 PLENTY_FREE_WEIGHT = 0.25
+# a single request larger than this (1 PiB) is more memory than any GPU or host has: the size itself is
+# garbage (an overflowed or never-set length, a size received from a rank whose collective failed), so
+# the OOM line is a symptom of that bug and names no memory cause
+CORRUPT_REQUEST_MIB = float(2**30)
 # The largest weight tensors of the 70B class and common MoEs: Qwen2-72B's embedding is 2.3 GiB,
 # Llama-4 Scout's stacked experts 2.5 GiB, Mixtral-8x22B's 3 GiB. A larger request is an activation.
 LARGEST_WEIGHT_TENSOR_MIB = 4096.0
@@ -470,6 +474,22 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
             by_stage = pb.oom_by_stage_engine.get(ctx.scan.engine, {})
             cause = by_stage.get(stage) or pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
+            if facts.get("tried", 0.0) >= CORRUPT_REQUEST_MIB or _MORE_THAN_EB.search(hit.text):
+                shown = f"{facts['tried'] / 2**20:,.0f} TiB" if "tried" in facts else "more than 1 EiB"
+                c = cand(cause)
+                c.add_hit(hit, PLENTY_FREE_WEIGHT * 0.5, stage)
+                _add_once(
+                    c.extra,
+                    Evidence(
+                        "log",
+                        f"one request of {shown}, more than any machine has: the size is corrupt (an "
+                        "overflow, or a length from a failed collective), so this OOM is a bug's symptom",
+                        hit.line_no,
+                        "c10/cuda/CUDACachingAllocator.cpp (the OOM message's request size; 'Tried to "
+                        "allocate more than 1EB memory' is malloc's own check on sizes of 2^60 bytes and up)",
+                    ),
+                )
+                continue
             plenty = _plenty_free(facts)
             if plenty is not None:
                 # the card had room for the request many times over: the allocation failed for another
@@ -676,6 +696,7 @@ def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
     return max(found, key=STAGES.index) if found else "unknown"
 
 
+_MORE_THAN_EB = re.compile(r"Tried to allocate more than \d+ ?EB")
 _PRIVATE_POOLS = re.compile(r"allocated in private pools \(e\.g\., CUDA Graphs\)")
 
 
