@@ -1,4 +1,4 @@
-"""Real CUDA-graph capture failures that are not about memory, for triage's configuration signatures.
+"""Real GPU failures that are not an exhausted card: CUDA-graph capture, a sanitizer report, PyTorch's own checks.
 
     PYTHONPATH=. python3 bench/gpu/capture_failures.py --out DIR     # on a GPU host; seconds on an H200
 
@@ -19,6 +19,15 @@ with `torch.cuda.graph` and, inside the capture, makes one call a graph cannot h
                  compute-sanitizer's memcheck ('Invalid __global__ write of size 4 bytes'): the tool's
                  report of a kernel bug; skipped where nvcc or compute-sanitizer is missing or refuses
 
+PyTorch's own checks, whose messages triage must not read as something else:
+
+  alloc-1eb      `torch.empty(2**61 bytes)` on the GPU: the caching allocator's guard against a corrupt
+                 size ('CUDA out of memory. Tried to allocate more than 1EB memory.'), not an exhausted card
+  alloc-2pib     `torch.empty(2**51 bytes)`: a 2 PiB request, more than any machine has, reported with the
+                 card's real figures ('Tried to allocate 2097152.00 GiB ...')
+  cross-device   a CUDA tensor added to a CPU tensor ('Expected all tensors to be on the same device')
+  matmul-shapes  `torch.mm` of 8x3840 by 5632x1024 ('mat1 and mat2 shapes cannot be multiplied')
+
 Each scenario runs in its own process; its stdout and stderr (the traceback as Python prints it) go to
 DIR/<scenario>.log and its exit status to DIR/<scenario>.rc, and `gputune triage` reads the log into
 DIR/triage-<scenario>.json. One JSON line per scenario on stdout. Nothing here changes a GPU setting.
@@ -33,7 +42,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCENARIOS = ("capture-sync", "capture-rng-offset", "sanitizer-oob")
+SCENARIOS = (
+    "capture-sync",
+    "capture-rng-offset",
+    "sanitizer-oob",
+    "alloc-1eb",
+    "alloc-2pib",
+    "cross-device",
+    "matmul-shapes",
+)
 # a kernel that writes one element past its buffer, for compute-sanitizer's memcheck
 OOB_KERNEL = r"""
 #include <cstdio>
@@ -79,6 +96,20 @@ def scenario(name: str, work: Path) -> int:
         return sanitizer_oob(work)
     import torch
 
+    checks = {
+        "alloc-1eb": lambda: torch.empty(2**61, dtype=torch.uint8, device="cuda"),
+        "alloc-2pib": lambda: torch.empty(2**51, dtype=torch.uint8, device="cuda"),
+        "cross-device": lambda: torch.ones(4, device="cuda") + torch.ones(4),
+        "matmul-shapes": lambda: torch.mm(
+            torch.randn(8, 3840, device="cuda"), torch.randn(5632, 1024, device="cuda")
+        ),
+    }
+    if name in checks:
+        print(f"{name} on {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
+        checks[name]()
+        torch.cuda.synchronize()
+        print("no error", flush=True)
+        return 0
     a = torch.randn(1024, 1024, device="cuda")
     b = torch.randn(1024, 1024, device="cuda")
     side = torch.cuda.Stream()
