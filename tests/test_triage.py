@@ -1398,7 +1398,7 @@ def test_graph_capture_oom_offers_smaller_capture_sizes_on_vllm_that_has_the_fla
             "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
             "cuda_driver_runtime_mismatch",
         ),
-        ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "arch_no_kernel_image"),
+        ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "cuda_driver_runtime_mismatch"),
         ("RuntimeError: No CUDA GPUs are available", "config_error_not_resource"),
         (
             "AssertionError: float16 is required for MoE compressed models. Set dtype=torch.float16",
@@ -1649,7 +1649,10 @@ def test_a_scripts_engine_arguments_set_the_budget_the_advice_lowers(
         ),
         ("RuntimeError: Unsupported block size: 256\n", "config_error_not_resource"),
         # a GPU guard is not a configuration error: its own signature (flash_attn.arch) names it
-        ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n", "arch_no_kernel_image"),
+        (
+            "RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n",
+            "quant_or_dtype_unsupported_on_gpu",
+        ),
         ("RuntimeError: Unsupported head size on this device: 72\n", "unknown"),
         (
             "(Worker pid=4) Loading safetensors checkpoint shards:  10% Completed | 6/62 "

@@ -1259,6 +1259,18 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             )
         elif mml and est:
             summary = f"max_model_len={int(mml)} is larger than the {int(est)} tokens the KV cache can hold."
+        blocks = _f(g, "mamba_blocks")
+        if blocks is not None:
+            # a hybrid model's Mamba cache holds one state per running sequence: the number of sequences,
+            # not the length, is what does not fit (vLLM's own advice names --max-num-seqs)
+            seqs = _f(g, "max_num_seqs")
+            summary = (
+                f"The Mamba cache holds {int(blocks)} sequence states, fewer than --max-num-seqs "
+                f"{int(seqs) if seqs else '?'}: each running sequence needs one. Use --max-num-seqs "
+                f"{int(blocks)}, or give the cache more memory."
+            )
+            flags["--max-num-seqs"] = str(int(blocks))
+            est = None
         if est and est >= 16:
             new_len = round_down_len(int(est))
             flags["--max-model-len"] = str(new_len)

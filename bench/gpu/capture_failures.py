@@ -1,4 +1,4 @@
-"""Real GPU failures that are not an exhausted card: CUDA-graph capture, a sanitizer report, PyTorch's own checks.
+"""Real GPU failures that are not an exhausted card: graph capture, a sanitizer report, PyTorch checks.
 
     PYTHONPATH=. python3 bench/gpu/capture_failures.py --out DIR     # on a GPU host; seconds on an H200
 
