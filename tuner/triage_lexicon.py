@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.data import data_dir
-from tuner.triage_scan import ScanResult, playbook, scan
+from tuner.triage_scan import PyException, ScanResult, playbook, scan
 
 FORMAT = "gputune-triage-lexicon 1"
 LEXICON_FILE = "lexicon.tsv"
@@ -121,6 +121,16 @@ _FAILURE_LINE = re.compile(
 )
 
 
+# a logger's record at a level below error ('(Worker pid=8207) WARNING 11-29 16:05:22 [utils.py:597] Failed to
+# create oneDNN linear, fallback to torch linear. Exception: ...'): an exception it quotes was handled
+_QUIET_RECORD = re.compile(r"^\W*(?:\(\w+ pid=\d+\)\s*)?(?:\S+\s+)?(?:WARNING|WARN|INFO|DEBUG)\b")
+
+
+def _failure_exceptions(res: ScanResult) -> list[PyException]:
+    """The log's exceptions, less those a warning or info record quotes (handled, not the failure)."""
+    return [e for e in res.exceptions if not _QUIET_RECORD.match(e.text)]
+
+
 def _words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in _STOP and not _HEXISH.fullmatch(w)]
 
@@ -144,7 +154,7 @@ def features(res: ScanResult) -> list[tuple[str, int, str]]:
     Features: ``X:<class>`` for each exception class, ``f:<part>`` for the package path of the innermost
     frames, and the plain words of the exception messages and of the last lines."""
     out: list[tuple[str, int, str]] = []
-    for exc in res.exceptions[-EXCEPTIONS_READ:]:
+    for exc in _failure_exceptions(res)[-EXCEPTIONS_READ:]:
         line = exc.text.strip()
         out.append(("X:" + exc.exc.rsplit(".", 1)[-1].lower(), exc.line_no, line))
         out.extend((w, exc.line_no, line) for w in _words(exc.message))
@@ -338,9 +348,10 @@ def read(res: ScanResult, allowed: Iterable[str], lex: Lexicon | None = None) ->
     lex = lex if lex is not None else lexicon()
     if lex is None:
         return None
-    if not res.exceptions and not any(_FAILURE_LINE.search(text) for _, text in res.tail[-TAIL_READ:]):
+    exceptions = _failure_exceptions(res)
+    if not exceptions and not any(_FAILURE_LINE.search(text) for _, text in res.tail[-TAIL_READ:]):
         return None
-    if res.exceptions and _MEMORY.search(res.exceptions[-1].message):
+    if exceptions and _MEMORY.search(exceptions[-1].message):
         return None
     feats = features(res)
     words = {f for f, _, _ in feats if f in lex.counts}
