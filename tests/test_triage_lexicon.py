@@ -169,47 +169,38 @@ def test_cli_names_a_read_cause_with_exit_0_and_json(tmp_path: Path) -> None:
     assert doc["fixable_by_args"] is False
 
 
+def _train_cli(*args: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m tuner.triage_lexicon ARGS...` from this checkout."""
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.triage_lexicon", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+
+
 def test_training_from_the_command_line(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     out = tmp_path / "lex.tsv"
     empty = tmp_path / "empty"
     empty.mkdir()
-    bad = subprocess.run(
-        [sys.executable, "-m", "tuner.triage_lexicon", str(empty), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    bad = _train_cli(empty, out)
     assert bad.returncode == 2 and "no labelled cases" in bad.stderr
-    usage = subprocess.run(
-        [sys.executable, "-m", "tuner.triage_lexicon"], capture_output=True, text=True, env=env
-    )
+    usage = _train_cli()
     assert usage.returncode == 2 and "usage" in usage.stderr
 
 
 def test_training_refuses_a_broken_corpus_and_an_unwritable_target(tmp_path: Path) -> None:
     """A .toml that does not parse, or an output folder that does not exist: a message and exit 2, and
     no half-written lexicon left behind."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "x.toml").write_text("label = [unclosed\n")
     (broken / "x.log").write_text("RuntimeError: boom\n")
     out = tmp_path / "lex.tsv"
-    bad = subprocess.run(
-        [sys.executable, "-m", "tuner.triage_lexicon", str(broken), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    bad = _train_cli(broken, out)
     assert bad.returncode == 2 and "cannot read the corpus" in bad.stderr
     assert not out.exists()
     target = tmp_path / "no-such-dir" / "lex.tsv"
-    unwritable = subprocess.run(
-        [sys.executable, "-m", "tuner.triage_lexicon", str(CORPUS), str(target)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    unwritable = _train_cli(CORPUS, target)
     assert unwritable.returncode == 2 and "cannot write the lexicon" in unwritable.stderr
     assert not target.parent.exists()

@@ -76,6 +76,8 @@ PLENTY_FREE_WEIGHT = 0.25
 # garbage (an overflowed or never-set length, a size received from a rank whose collective failed), so
 # the OOM line is a symptom of that bug and names no memory cause
 CORRUPT_REQUEST_MIB = float(2**30)
+# what such a line still lends its cause: below MIN_CONFIDENCE, weaker than a request the card could hold
+CORRUPT_REQUEST_WEIGHT = 0.125
 # The largest weight tensors of the 70B class and common MoEs: Qwen2-72B's embedding is 2.3 GiB,
 # Llama-4 Scout's stacked experts 2.5 GiB, Mixtral-8x22B's 3 GiB. A larger request is an activation.
 LARGEST_WEIGHT_TENSOR_MIB = 4096.0
@@ -379,6 +381,29 @@ def _plenty_free(facts: dict[str, float]) -> str | None:
     )
 
 
+# PyTorch's caching allocator refuses any request of 2^60 bytes and up in these words, before the driver
+_MORE_THAN_EB = re.compile(r"Tried to allocate more than \d+ ?EB")
+
+
+def _no_shortage(facts: dict[str, float], text: str) -> tuple[str, float, str] | None:
+    """Why an OOM line is not a memory shortage, with the weight it keeps and the source of the reading:
+    a corrupt request size (over CORRUPT_REQUEST_MIB, or PyTorch's 'more than 1EB' guard), or a request
+    the free memory held many times over (_plenty_free); None for a real shortage."""
+    if facts.get("tried", 0.0) >= CORRUPT_REQUEST_MIB or _MORE_THAN_EB.search(text):
+        shown = f"{facts['tried'] / 2**20:,.0f} TiB" if "tried" in facts else "more than 1 EiB"
+        return (
+            f"one request of {shown}, more than any machine has: the size is corrupt (an overflow, or a "
+            "length from a failed collective), so this OOM is a bug's symptom",
+            CORRUPT_REQUEST_WEIGHT,
+            "c10/cuda/CUDACachingAllocator.cpp (the OOM message's request size; 'Tried to allocate more "
+            "than 1EB memory' is malloc's own check on sizes of 2^60 bytes and up)",
+        )
+    plenty = _plenty_free(facts)
+    if plenty is not None:
+        return plenty, PLENTY_FREE_WEIGHT, "c10/cuda/CUDACachingAllocator.cpp (the OOM message's figures)"
+    return None
+
+
 def _add_once(extra: list[Evidence], ev: Evidence) -> None:
     """Append a piece of evidence unless the list holds it (several signatures can hit one line)."""
     if ev not in extra:
@@ -474,38 +499,14 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
             by_stage = pb.oom_by_stage_engine.get(ctx.scan.engine, {})
             cause = by_stage.get(stage) or pb.oom_by_stage.get(stage, "oom_runtime_under_load")
             facts = _torch_oom_facts(hit.text)
-            if facts.get("tried", 0.0) >= CORRUPT_REQUEST_MIB or _MORE_THAN_EB.search(hit.text):
-                shown = f"{facts['tried'] / 2**20:,.0f} TiB" if "tried" in facts else "more than 1 EiB"
+            no_shortage = _no_shortage(facts, hit.text)
+            if no_shortage is not None:
+                # the line names no stage's OOM: the card had room for the request many times over (the
+                # allocation failed for another reason), or the request is larger than any machine
+                explanation, weight, source = no_shortage
                 c = cand(cause)
-                c.add_hit(hit, PLENTY_FREE_WEIGHT * 0.5, stage)
-                _add_once(
-                    c.extra,
-                    Evidence(
-                        "log",
-                        f"one request of {shown}, more than any machine has: the size is corrupt (an "
-                        "overflow, or a length from a failed collective), so this OOM is a bug's symptom",
-                        hit.line_no,
-                        "c10/cuda/CUDACachingAllocator.cpp (the OOM message's request size; 'Tried to "
-                        "allocate more than 1EB memory' is malloc's own check on sizes of 2^60 bytes and up)",
-                    ),
-                )
-                continue
-            plenty = _plenty_free(facts)
-            if plenty is not None:
-                # the card had room for the request many times over: the allocation failed for another
-                # reason (vLLM's sleep-mode allocator, a vGPU / MIG limit the message does not show), so
-                # the line names no stage's OOM
-                c = cand(cause)
-                c.add_hit(hit, PLENTY_FREE_WEIGHT, stage)
-                _add_once(
-                    c.extra,
-                    Evidence(
-                        "log",
-                        plenty,
-                        hit.line_no,
-                        "c10/cuda/CUDACachingAllocator.cpp (the OOM message's figures)",
-                    ),
-                )
+                c.add_hit(hit, weight, stage)
+                _add_once(c.extra, Evidence("log", explanation, hit.line_no, source))
                 continue
             if stated is not None:
                 cand(cause).extra.append(
@@ -696,7 +697,6 @@ def _stage_after(res: ScanResult, line_no: int, window: int = 100) -> str:
     return max(found, key=STAGES.index) if found else "unknown"
 
 
-_MORE_THAN_EB = re.compile(r"Tried to allocate more than \d+ ?EB")
 _PRIVATE_POOLS = re.compile(r"allocated in private pools \(e\.g\., CUDA Graphs\)")
 
 
