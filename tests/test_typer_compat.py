@@ -114,3 +114,24 @@ def test_a_bad_choice_is_still_a_usage_error_naming_the_choices() -> None:
     assert r.returncode == 2
     assert "Invalid value for '--format'" in r.stderr and "'xml' is not one of 'table', 'json'" in r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_a_usage_error_is_exit_2_where_click_is_not_installed(tmp_path: Path) -> None:
+    """typer >= 0.20 vendors click and does not install it: a fresh `pip install -e .` has no click, and
+    a bad value must still be a usage error (exit 2 and typer's message), not an ImportError. The child
+    makes `import click` fail as it does there (this venv has click through vLLM)."""
+    code = (
+        "import sys; sys.modules['click'] = None; sys.argv = ['gputune', 'triage', '--exit-code', 'abc', "
+        f"{str(tmp_path / 'x.log')!r}]; from tuner.cli import main; main()"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Invalid value for '--exit-code'" in r.stderr
+    assert "Traceback" not in r.stderr and "ModuleNotFoundError" not in r.stderr

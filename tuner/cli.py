@@ -451,6 +451,22 @@ class _ReaderMayLeave:
         return getattr(self._stream, name)
 
 
+def _cli_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """The usage-error and abort exceptions of the installed typer: typer >= 0.20 raises its own vendored
+    copies of click's (typer.TyperException, typer.Abort) and does not install click, older releases
+    raise click's."""
+    shown: list[type[BaseException]] = [c for c in (getattr(typer, "TyperException", None),) if c]
+    aborts: list[type[BaseException]] = [typer.Abort]
+    try:
+        import click
+    except ImportError:
+        pass
+    else:
+        shown.append(click.exceptions.ClickException)
+        aborts.append(click.exceptions.Abort)
+    return tuple(shown), tuple(aborts)
+
+
 def main() -> None:
     """Console-script entry point: maps errors to exit codes and one-line messages."""
     if not isinstance(sys.stdout, _ReaderMayLeave):
@@ -475,14 +491,12 @@ def main() -> None:
         # `gputune doctor | head`: the reader went away; not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(int(ExitCode.OK))
-    except Exception as exc:  # gputune itself broke
-        import click
-
-        # typer >= 0.20 raises its own vendored copies of click's exceptions (typer.TyperException).
-        if isinstance(exc, click.exceptions.ClickException | typer.TyperException) and hasattr(exc, "show"):
+    except Exception as exc:  # gputune itself broke, unless it is the command line's own error
+        shown, aborts = _cli_exceptions()
+        if isinstance(exc, shown) and hasattr(exc, "show"):
             exc.show()
             sys.exit(int(ExitCode.USAGE))
-        if isinstance(exc, click.exceptions.Abort | typer.Abort):
+        if isinstance(exc, aborts):
             sys.exit(130)
         if _DEBUG["on"]:
             import traceback
