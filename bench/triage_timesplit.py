@@ -43,7 +43,7 @@ CORPUS = REPO / "tests" / "corpus"
 HELDOUT = CORPUS / "HELDOUT.md"
 # '## Forty-seventh set (`ho47-*`, 53 cases)' or a range: '## Rounds 48-53 (`ho48-*` .. `ho53-*`, ...)'
 _SECTION = re.compile(r"^## .*?\(`ho(\d+)-\*`(?: \.\. `ho(\d+)-\*`)?", re.M)
-_COMMIT = re.compile(r"at commit `([0-9a-f]{7,40})`")
+_COMMIT = re.compile(r"at\s+commit\s+`([0-9a-f]{7,40})`")
 
 # run in the old triage's own process, with its tuner/ first on sys.path
 _OLD_RUN = r"""
