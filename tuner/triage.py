@@ -477,8 +477,11 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         return cands[cause]
 
     weighed: set[int] = set()
+    explained = {sid for hit in ctx.scan.hits for sid in hit.signature.explains}
     for hit in ctx.scan.hits:
         sig = hit.signature
+        if sig.id in explained:
+            continue  # another message in the log says what this line means
         # a message that belongs to one stage (vLLM raises it there) names the stage itself
         stage = sig.stage or hit.stage
         cause, weight = sig.cause, sig.weight

@@ -163,6 +163,9 @@ class Signature:
     cause_after_load: str | None = None
     # this message's own fix is an argument, although its cause's fixes in general are not
     fixable_by_args: bool = False
+    # the signatures whose lines this message explains: where it is in the log, their hits count for nothing
+    # (NCCL's shm_open or CUDA registration failure before its 'Error while creating shared memory segment')
+    explains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,7 @@ def playbook(folder: str | None = None) -> Playbook:
                 nocase=nocase,
                 cause_after_load=raw.get("cause_after_load"),
                 fixable_by_args=bool(raw.get("fixable_by_args", False)),
+                explains=tuple(str(i) for i in raw.get("explains", ())),
             )
         )
     marks = [
