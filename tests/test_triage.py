@@ -1747,7 +1747,12 @@ def test_a_scripts_engine_arguments_set_the_budget_the_advice_lowers(
             "ImportError: /x/vllm/_C.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n",
             "config_error_not_resource",
         ),
-        ("ImportError: /x/vllm/_C.abi3.so: undefined symbol: cuTensorMapEncodeTiled\n", "unknown"),
+        # a driver API entry point the installed libcuda lacks: the driver is older than the build's CUDA
+        # (HELDOUT.md, label decisions, since round 87)
+        (
+            "ImportError: /x/vllm/_C.abi3.so: undefined symbol: cuTensorMapEncodeTiled\n",
+            "cuda_driver_runtime_mismatch",
+        ),
         (
             "ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found (required by "
             "/x/vllm/_C.abi3.so)\n",
@@ -3572,3 +3577,37 @@ def test_an_oom_under_a_per_process_memory_limit_names_the_limit() -> None:
     assert d.cause == "unknown"
     assert any("its own limit of 6.99 GiB" in e.text for e in d.evidence)
     assert "6.99 GiB" in d.remediation.summary
+
+
+def test_a_missing_driver_api_symbol_is_the_driver_but_a_mangled_one_is_a_build(tmp_path: Path) -> None:
+    # sgl-kernel built for CUDA 12.4+ on an older driver (sgl-project/sglang#8131, tests/corpus/ho82-*)
+    driver = (
+        "ImportError: /usr/local/lib/python3.10/dist-packages/sgl_kernel/common_ops.abi3.so: undefined "
+        "symbol: cuGreenCtxStreamCreate\n"
+    )
+    d = diagnose(_write(tmp_path, "a.log", driver))
+    assert d.cause == "cuda_driver_runtime_mismatch" and not d.memory
+    # a C++ symbol of torch's: an extension built against another torch, not the driver
+    mangled = (
+        "ImportError: /opt/venv/lib/python3.12/site-packages/vllm/_C.abi3.so: undefined symbol: "
+        "_ZN3c104cuda9SetDeviceEi\n"
+    )
+    assert diagnose(_write(tmp_path, "b.log", mangled)).cause == "config_error_not_resource"
+    # the runtime's own cuda* names are not driver API entry points
+    runtime = "ImportError: libfoo.so: undefined symbol: cudaGetDeviceCount\n"
+    assert diagnose(_write(tmp_path, "c.log", runtime)).cause != "cuda_driver_runtime_mismatch"
+
+
+def test_an_exllamav2_request_larger_than_its_whole_cache_names_the_cache_size(tmp_path: Path) -> None:
+    # TabbyAPI relaying ExLlamaV2's dynamic generator (theroyallab/tabbyAPI#119, tests/corpus/ho83-*)
+    log = (
+        "ERROR:    Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.11/site-packages/exllamav2/generator/dynamic_async.py", line 37, '
+        "in enqueue\n"
+        "exception=AssertionError('Job requires 33 pages (only 32 available) and cannot be enqueued. Total "
+        "cache allocated is 32 * 256 = 8192 tokens')>\n"
+    )
+    d = diagnose(_write(tmp_path, "x.log", log))
+    assert d.cause == "kv_cache_too_small_for_max_model_len" and d.stage == "serving"
+    assert "8192 tokens" in d.remediation.summary and "cache_size" in d.remediation.summary
+    assert not d.remediation.flag_changes  # vLLM's flags do not apply to ExLlamaV2

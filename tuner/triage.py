@@ -1771,6 +1771,19 @@ def _other_engine(
             {},
             [],
         )
+    if "exllamav2.job_exceeds_cache" in top.sig_ids:
+        cache_tokens = _f(g, "cache_tokens")
+        return (
+            f"{name}'s cache holds "
+            + (f"{cache_tokens:.0f} tokens" if cache_tokens else "fewer tokens than this request needs")
+            + " in all, and one request (its prompt and max_new_tokens) needs more pages than that: "
+            "allocate a larger cache (TabbyAPI cache_size, exllamav2's cache max_seq_len; the quantized "
+            "cache_mode Q4/Q6/Q8 fits more tokens in the same memory), or cap max_seq_len at the cache size "
+            "so such a request is refused up front.",
+            {},
+            {},
+            [],
+        )
     if engine == "exllamav2" and top.cause == "kv_cache_too_small_for_max_model_len":
         return (
             f"{name} sizes its cache for max_seq_len tokens (the model's whole context when none is given), "

@@ -26,7 +26,7 @@ NAME = "cpu-torch-dataloader-worker-oom-killed"
 
 # Each worker keeps every sample it made (a cache that grows without bound, a common dataset bug): the
 # workers' resident memory climbs until the cgroup's limit, and the OOM killer ends the largest.
-TRAIN = r'''
+TRAIN = r"""
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -45,7 +45,7 @@ loader = DataLoader(GrowingCache(), batch_size=4, num_workers=2)
 for step, batch in enumerate(loader):
     if step % 10 == 0:
         print(f"step {step} batch {tuple(batch.shape)}", flush=True)
-'''
+"""
 
 
 def dmesg() -> list[str]:
@@ -63,9 +63,10 @@ def main() -> None:
         log_path = HERE / f"{NAME}.log"
         inner = f"echo $$ > {CGROUP}/cgroup.procs && exec {sys.executable} {train}"
         with log_path.open("wb") as log:
-            rc = subprocess.run(["/bin/sh", "-c", inner], stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode
+            argv = ["/bin/sh", "-c", inner]
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode
         elapsed = time.monotonic() - started
-    kernel = [ln for ln in dmesg()[len(before):] if re.search(r"oom|Killed process|Memory cgroup", ln, re.I)]
+    kernel = [ln for ln in dmesg()[len(before) :] if re.search(r"oom|Killed process|Memory cgroup", ln, re.I)]
     (HERE / f"{NAME}.dmesg.txt").write_text("\n".join(kernel) + "\n")
     text = log_path.read_text(errors="replace")
     evidence = next((ln for ln in text.splitlines() if "is killed by signal" in ln), "")
@@ -78,7 +79,8 @@ def main() -> None:
         f"exit_code = {rc}\n"
         f'dmesg = "{NAME}.dmesg.txt"\n'
         f"evidence = {json.dumps(evidence.strip()[:400])}\n"
-        f'command = "train.py (a DataLoader of 2 workers whose dataset caches every sample) in a cgroup of {LIMIT // 1024**2} MiB"\n'
+        'command = "train.py (a DataLoader of 2 workers whose dataset caches every sample) in a cgroup of '
+        f'{LIMIT // 1024**2} MiB"\n'
         f"seconds = {elapsed:.0f}\n"
     )
     (HERE / f"{NAME}.toml").write_text(toml)
