@@ -1262,16 +1262,18 @@ def test_nccl_shm_segment_creation_is_shm_but_a_missing_segment_is_not(tmp_path:
         "[1] misc/shmutils.cc:114 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-NzwJ7O "
         "(size 9637888)\n"
     )
-    d = diagnose(_write(tmp_path, "c.log", registered))
-    assert d.cause == "nccl_multi_gpu_comm_failure"
-    assert "shm_insufficient" not in dict(d.alternatives)
     denied = (
         "node:9:9 [0] misc/shmutils.cc:72 NCCL WARN Call to shm_open failed : Permission denied\n"
         "node:9:9 [0] misc/shmutils.cc:114 NCCL WARN Error while creating shared memory segment "
         "/dev/shm/nccl-Ab12Cd (size 9637888)\n"
     )
-    d = diagnose(_write(tmp_path, "d.log", denied))
-    assert d.cause == "config_error_not_resource" and "shm_insufficient" not in dict(d.alternatives)
+    for name, text, cause in (
+        ("c.log", registered, "nccl_multi_gpu_comm_failure"),
+        ("d.log", denied, "config_error_not_resource"),
+    ):
+        d = diagnose(_write(tmp_path, name, text))
+        assert d.cause == cause
+        assert "shm_insufficient" not in dict(d.alternatives)
 
 
 def test_a_v0_worker_oom_inside_the_profiling_call_is_a_profile_run_oom(tmp_path: Path) -> None:
