@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,19 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GPUTUNE_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 LOCAL_FIXTURES = REPO / "tests" / "fixtures"
+
+
+def run_python(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` in a child run from the checkout as a user without an install would (PYTHONPATH=.):
+    the CLI's exit status, stdout and stderr as a real process gives them."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LOCAL_FIXTURES
+from tests.conftest import LOCAL_FIXTURES, run_python
 from tests.hosttree import HostTree
 from tuner.checks import load_defs, run_checks, select
 from tuner.findings import Finding, Status
@@ -435,20 +435,7 @@ def test_load_retest_without_a_cuda_device_says_why_it_did_not_run() -> None:
 
 
 def test_this_machine_without_gpu_skips_every_gpu_check_and_exits_0() -> None:
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    res = subprocess.run(
-        [sys.executable, "-m", "tuner", "doctor", "--format", "json", "--under-load"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    res = run_python("-m", "tuner", "doctor", "--format", "json", "--under-load")
     assert res.returncode == 0, res.stderr
     got = {c["id"]: c for c in json.loads(res.stdout)["checks"]}
     for cid in GPU_CHECKS:

@@ -9,13 +9,10 @@ The test is skipped only where those files are absent.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import LOCAL_FIXTURES, REPO
+from tests.conftest import LOCAL_FIXTURES, run_python
 
 SNAPSHOT = LOCAL_FIXTURES / "gpu" / "h200-snapshot.tar.gz"
 EXPECTED = LOCAL_FIXTURES / "gpu" / "h200-snapshot.expected.json"
@@ -24,14 +21,7 @@ pytestmark = pytest.mark.skipif(not SNAPSHOT.is_file(), reason=f"{SNAPSHOT.name}
 
 
 def _doctor_json() -> dict:  # type: ignore[type-arg]
-    res = subprocess.run(
-        [sys.executable, "-m", "tuner", "doctor", "--from", str(SNAPSHOT), "--format", "json"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        cwd=REPO,
-        timeout=120,
-    )
+    res = run_python("-m", "tuner", "doctor", "--from", str(SNAPSHOT), "--format", "json")
     assert res.returncode in (0, 1), res.stderr
     return json.loads(res.stdout)  # type: ignore[no-any-return]
 

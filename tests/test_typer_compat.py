@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
 
+from tests.conftest import run_python
 from tuner.cli import app
 from tuner.typer_compat import plain_converter
-
-REPO = Path(__file__).resolve().parents[1]
 
 coercion = pytest.importorskip("typer._coercion", reason="this typer does not convert through pydantic")
 
@@ -75,25 +71,7 @@ def test_plain_converter_matches_typers_own_value_for_value_and_error_for_error(
 
 
 def test_doctor_imports_neither_pydantic_nor_importlib_metadata(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "tuner",
-            "doctor",
-            "--format",
-            "json",
-            "--only",
-            "cpu.governor",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    r = run_python("-X", "importtime", "-m", "tuner", "doctor", "--format", "json", "--only", "cpu.governor")
     assert r.returncode in (0, 1), r.stderr[-2000:]
     imported = {
         line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")
@@ -103,14 +81,7 @@ def test_doctor_imports_neither_pydantic_nor_importlib_metadata(tmp_path: Path) 
 
 
 def test_a_bad_choice_is_still_a_usage_error_naming_the_choices() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "tuner", "doctor", "--format", "xml"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    r = run_python("-m", "tuner", "doctor", "--format", "xml")
     assert r.returncode == 2
     assert "Invalid value for '--format'" in r.stderr and "'xml' is not one of 'table', 'json'" in r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
@@ -124,14 +95,7 @@ def test_a_usage_error_is_exit_2_where_click_is_not_installed(tmp_path: Path) ->
         "import sys; sys.modules['click'] = None; sys.argv = ['gputune', 'triage', '--exit-code', 'abc', "
         f"{str(tmp_path / 'x.log')!r}]; from tuner.cli import main; main()"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    r = run_python("-c", code)
     assert r.returncode == 2, r.stderr
     assert "Invalid value for '--exit-code'" in r.stderr
     assert "Traceback" not in r.stderr and "ModuleNotFoundError" not in r.stderr
