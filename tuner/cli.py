@@ -191,7 +191,11 @@ AllowUnauthenticatedOpt = Annotated[
 ]
 VllmArgs = Annotated[
     list[str] | None,
-    typer.Argument(help="Extra vLLM arguments after `--`; they win over the plan.", show_default=False),
+    typer.Argument(
+        help="Extra vLLM arguments after `--`; they win over the plan.",
+        show_default=False,
+        metavar="VLLM_ARGS",
+    ),
 ]
 
 
@@ -320,7 +324,8 @@ def launch(
 @app.command()
 def triage(
     path: Annotated[
-        Path, typer.Argument(help="A run directory from `gputune launch`, or any vLLM log file.")
+        Path,
+        typer.Argument(help="A run directory from `gputune launch`, or any vLLM log file.", metavar="PATH"),
     ],
     telemetry: Annotated[
         Path | None,
