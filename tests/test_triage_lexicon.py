@@ -44,8 +44,8 @@ def _diagnose_case(name: str, lexicon: triage_lexicon.Lexicon | None = None) -> 
     [
         # LMDeploy's TP=2 on Windows, where PyTorch is built without NCCL
         ("ho37-lmdeploy-4032-windows-tp2-no-nccl", "config_error_not_resource"),
-        # compressed-tensors choosing a scheme the RTX 5000 (sm_75) has no kernel for
-        ("ho39-vllm-29707-awq-compressed-tensors-rtx5000-cc75", "quant_or_dtype_unsupported_on_gpu"),
+        # koboldcpp's FlashAttention kernel with no device code for the card's sm_75
+        ("ho69-koboldcpp-1579-flash-attn-no-device-code-cuda-arch-750", "arch_no_kernel_image"),
         # transformers' config class without the attribute the model code reads (a version mismatch)
         ("ho46-vllm-3323-gemma-lm-head-keyerror", "config_error_not_resource"),
     ],
