@@ -490,7 +490,7 @@ TRACEBACK_TRIGGERS = (
 )  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+(?:, in (?P<func>[\w.<>]+))?')
 _EXC = re.compile(
-    r"(?:^|[\s\]\)>:|：])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
+    r"(?:^|[\s\]\)>:|：\"'`])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
 # an exception as repr() prints it inside a wrapper's sentence: "The error was ValueError('Unsupported
