@@ -3613,3 +3613,22 @@ def test_an_exllamav2_request_larger_than_its_whole_cache_names_the_cache_size(t
     assert d.cause == "kv_cache_too_small_for_max_model_len" and d.stage == "serving"
     assert "8192 tokens" in d.remediation.summary and "cache_size" in d.remediation.summary
     assert not d.remediation.flag_changes  # vLLM's flags do not apply to ExLlamaV2
+
+
+def test_an_exception_line_pasted_inside_quotes_is_read_as_the_exception(tmp_path: Path) -> None:
+    """People paste an error between quotes or backticks ('''ValueError: ...''', "ValueError: ...",
+    `KeyError: 'x'`): the class and message are read as from a bare line, and the words after the opening
+    quote are the message; a class name inside a sentence without ': ' after it stays prose."""
+    pasted = (
+        "'''ValueError: Unrecognized configuration class <class 'Gemma3Config'> for this kind of AutoModel'''\n"
+        '"ValueError: No supported config format found in nvidia/Llama-3.1-Nemotron-70B-Instruct"\n'
+        "`KeyError: 'model.layers.0.mlp.down_proj.weight'`\n"
+    )
+    got = [(e.exc, e.message) for e in scan(io.BytesIO(pasted.encode())).exceptions]
+    assert [exc for exc, _ in got] == ["ValueError", "ValueError", "KeyError"]
+    assert got[0][1].startswith("Unrecognized configuration class")
+    assert got[1][1].startswith("No supported config format found in")
+    d = diagnose(_write(tmp_path, "pasted.log", pasted.splitlines()[1] + "\n"))
+    assert d.cause == "config_error_not_resource"
+    prose = scan(io.BytesIO(b'the docs say "ValueError is raised when" the config is bad\n'))
+    assert prose.exceptions == []
