@@ -999,6 +999,21 @@ def test_an_oom_line_with_no_stage_landmark_is_a_weak_guess_with_start_up_altern
     assert diagnose(_write(tmp_path, "y.log", graphs + "\n")).confidence >= 0.9
 
 
+def test_an_oom_line_that_several_signatures_read_gives_each_explanation_once(tmp_path: Path) -> None:
+    """PyTorch's OOM line is read by more than one signature; the stage-free explanations (a request larger
+    than the card, nothing freed yet) are evidence about the line, listed once however many read it."""
+    line = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 19.05 GiB. GPU 1 has a total capacity "
+        "of 10.57 GiB of which 6.31 GiB is free. Process 855628 has 4.24 GiB memory in use. Of the allocated "
+        "memory 4.02 GiB is allocated by PyTorch, and 28.52 MiB is reserved by PyTorch but unallocated."
+    )
+    d = diagnose(_write(tmp_path, "x.log", line + "\n"))
+    assert d.cause == "oom_sampler_warmup_or_profile_run"
+    texts = [e.text for e in d.evidence]
+    assert any("more than the whole 10.6 GiB card" in t for t in texts)
+    assert len(texts) == len(set(texts)), texts
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -3620,7 +3635,8 @@ def test_an_exception_line_pasted_inside_quotes_is_read_as_the_exception(tmp_pat
     `KeyError: 'x'`): the class and message are read as from a bare line, and the words after the opening
     quote are the message; a class name inside a sentence without ': ' after it stays prose."""
     pasted = (
-        "'''ValueError: Unrecognized configuration class <class 'Gemma3Config'> for this kind of AutoModel'''\n"
+        "'''ValueError: Unrecognized configuration class <class 'Gemma3Config'> "
+        "for this kind of AutoModel'''\n"
         '"ValueError: No supported config format found in nvidia/Llama-3.1-Nemotron-70B-Instruct"\n'
         "`KeyError: 'model.layers.0.mlp.down_proj.weight'`\n"
     )

@@ -512,14 +512,15 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 _add_once(c.extra, Evidence("log", explanation, hit.line_no, source))
                 continue
             if stated is not None:
-                cand(cause).extra.append(
+                _add_once(
+                    cand(cause).extra,
                     Evidence(
                         "log",
                         f"the OOM line itself says where it happened: stage '{stated}'",
                         hit.line_no,
                         "a person's words on the line (no vLLM landmark in the log); "
                         "playbooks/triage/stages.toml [[stated]]",
-                    )
+                    ),
                 )
             if stage == "unknown" and facts.get("tried", 0.0) > facts.get("total", math.inf):
                 # One request for more than the whole card: no weight tensor is that large, and the
@@ -528,7 +529,8 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 cause = "oom_sampler_warmup_or_profile_run"
                 weight = min(weight, STAGELESS_OOM_WEIGHT)
                 cand("oom_runtime_under_load").add_hit(hit, STAGELESS_OOM_ALTERNATIVES[0][1], stage)
-                cand(cause).extra.append(
+                _add_once(
+                    cand(cause).extra,
                     Evidence(
                         "log",
                         f"one allocation of {facts['tried'] / 1024:.1f} GiB, more than the whole "
@@ -537,7 +539,7 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                         hit.line_no,
                         "tuner/triage.py (vLLM's profile_run sizes: max_num_batched_tokens, "
                         "--limit-mm-per-prompt)",
-                    )
+                    ),
                 )
             elif stage == "unknown" and _nothing_freed_yet(facts) and not _graphs_were_captured(hit.text):
                 # PyTorch's cache holds (almost) nothing freed: no forward pass has run, since each frees

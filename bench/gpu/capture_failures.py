@@ -27,6 +27,10 @@ PyTorch's own checks, whose messages triage must not read as something else:
                  card's real figures ('Tried to allocate 2097152.00 GiB ...')
   cross-device   a CUDA tensor added to a CPU tensor ('Expected all tensors to be on the same device')
   matmul-shapes  `torch.mm` of 8x3840 by 5632x1024 ('mat1 and mat2 shapes cannot be multiplied')
+  data-parallel-device
+                 `torch.nn.DataParallel` over GPU 0 whose model was moved back to the CPU ('module must have
+                 its parameters and buffers on device cuda:0 (device_ids[0]) but found one of them on
+                 device: cpu'): a device placement, not memory
 
 Each scenario runs in its own process; its stdout and stderr (the traceback as Python prints it) go to
 DIR/<scenario>.log and its exit status to DIR/<scenario>.rc, and `gputune triage` reads the log into
@@ -41,6 +45,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 SCENARIOS = (
     "capture-sync",
@@ -50,6 +55,7 @@ SCENARIOS = (
     "alloc-2pib",
     "cross-device",
     "matmul-shapes",
+    "data-parallel-device",
 )
 # a kernel that writes one element past its buffer, for compute-sanitizer's memcheck
 OOB_KERNEL = r"""
@@ -91,6 +97,14 @@ def sanitizer_oob(work: Path) -> int:
     return subprocess.run([sanitizer, "--tool", "memcheck", str(exe)]).returncode
 
 
+def data_parallel_model_moved_off(torch: Any) -> Any:  # torch is imported by the child only
+    """DataParallel over GPU 0 (which moves a one-device model there), then the model moved back to the
+    CPU, as code that calls .cpu() or .to(other) on the wrapped module does."""
+    wrapped = torch.nn.DataParallel(torch.nn.Linear(64, 64), device_ids=[0])
+    wrapped.module.cpu()
+    return wrapped
+
+
 def scenario(name: str, work: Path) -> int:
     if name == "sanitizer-oob":
         return sanitizer_oob(work)
@@ -102,6 +116,9 @@ def scenario(name: str, work: Path) -> int:
         "cross-device": lambda: torch.ones(4, device="cuda") + torch.ones(4),
         "matmul-shapes": lambda: torch.mm(
             torch.randn(8, 3840, device="cuda"), torch.randn(5632, 1024, device="cuda")
+        ),
+        "data-parallel-device": lambda: data_parallel_model_moved_off(torch)(
+            torch.randn(8, 64, device="cuda")
         ),
     }
     if name in checks:
