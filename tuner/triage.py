@@ -2065,7 +2065,8 @@ def _build(ctx: _Context, ranked: list[Any], log: Path | None, attempt: str | No
         if count > 1:
             detail += f" (seen {count} times)"
         evidence.append(Evidence(kind, hit.text.strip()[:500], hit.line_no, detail))
-    evidence.extend(top.extra)
+    for ev in top.extra:  # several signatures can read one line: each explanation is listed once
+        _add_once(evidence, ev)
     stage = top.stage if top.stage != "unknown" else res.stage
     if stage in res.stage_first_line:
         evidence.append(
