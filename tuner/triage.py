@@ -424,6 +424,12 @@ NON_TORCH_ALLOWANCE_MIB = 1536.0
 UNLISTED_OTHERS_FLOOR_MIB = 4096.0
 
 
+def _nvml_unmeasured(facts: dict[str, float]) -> bool:
+    """The OOM message's 'this process has N memory in use' is below what PyTorch itself allocated: NVML
+    did not see the process (0 bytes in some containers and VMs)."""
+    return "this_process" in facts and facts["this_process"] < facts.get("allocated_by_torch", 0.0)
+
+
 def _other_process_mib(facts: dict[str, float]) -> float | None:
     """Memory held by other processes according to a PyTorch OOM message (None if it doesn't say)."""
     total, free = facts.get("total"), facts.get("free")
@@ -580,10 +586,17 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
             total = facts.get("total") or ctx.gpu_total_mib
             if others is not None and total and others >= 0.2 * total and stage in EARLY_STAGES:
                 c = cand("startup_free_memory_below_target")
-                c.add_hit(hit, min(0.9, weight), stage)
                 c.groups.setdefault("others_mib", f"{others:.0f}")
                 c.groups.setdefault("total_mib", f"{total:.0f}")
-                weight *= 0.6
+                if _nvml_unmeasured(facts) and stage != "load":
+                    # NVML did not see this process (0 bytes in a container's pid namespace): past
+                    # loading, the memory no one accounts for may be this process's own outside
+                    # PyTorch's allocator (a colocated engine's pool, NCCL's buffers, CUDA graphs), so
+                    # another job is an alternative only; while loading, a process holds no such pools
+                    c.add_hit(hit, min(0.9, weight) * 0.6, stage)
+                else:
+                    c.add_hit(hit, min(0.9, weight), stage)
+                    weight *= 0.6
         cand(cause).add_hit(hit, weight, stage)
 
     # Rules on a traceback's shape (the exception class and where it was raised): weaker than any message
