@@ -3648,3 +3648,15 @@ def test_an_exception_line_pasted_inside_quotes_is_read_as_the_exception(tmp_pat
     assert d.cause == "config_error_not_resource"
     prose = scan(io.BytesIO(b'the docs say "ValueError is raised when" the config is bad\n'))
     assert prose.exceptions == []
+
+
+def test_a_configuration_failure_outside_vllm_is_not_called_vllm_s() -> None:
+    """A training job's rendezvous (made here: rank 0 of two started alone) stops on its setup; the
+    remediation quotes the message without saying vLLM refused it, as a vLLM log's still does."""
+    torch_job = diagnose(CORPUS / "cpu-torch-store-clients-not-joined.log", exit_code=1)
+    assert torch_job.cause == "config_error_not_resource"
+    assert "1/2 clients joined" in torch_job.remediation.summary
+    assert "vLLM" not in torch_job.remediation.summary
+    served = diagnose(CORPUS / "ho10-vllm-10481-llamamodel-arch-unsupported.log")
+    assert served.cause == "config_error_not_resource"
+    assert served.remediation.summary.startswith("vLLM rejected its configuration")

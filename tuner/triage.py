@@ -1696,7 +1696,13 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             texts = [h.text.strip() for h in top.hits]
             # the message as raised, not the frame's source line that holds the same words
             text = next((t for t in texts if not _RAISE_SOURCE.search(t)), texts[0] if texts else "")
-            summary = f"vLLM rejected its configuration: {text[:300]}"
+            s = ctx.scan
+            vllm_said = any(sid.startswith("vllm.") for sid in top.sig_ids)
+            if s.vllm_version or s.vllm_paths or ctx.argv or vllm_said:
+                summary = f"vLLM rejected its configuration: {text[:300]}"
+            else:
+                # a log with no vLLM in it (a training job, another tool): say what stopped it, not vLLM
+                summary = f"The run stopped on its setup, not on a resource: {text[:300]}"
     if _engine(ctx, top) != "vllm":
         summary, flags, env, alts = _other_engine(ctx, top, summary, flags, env, alts)
         # the cause's generic alternatives name vLLM's options; another server's log keeps only the others

@@ -1,17 +1,24 @@
-"""Produce a real PyTorch DataLoader failure for the triage corpus: a worker killed by the kernel's OOM
-killer under a cgroup-v1 memory limit.
+"""Produce real PyTorch failures for the triage corpus.
 
-    sudo .venv/bin/python tests/corpus/make_torch_failures.py
+    sudo .venv/bin/python tests/corpus/make_torch_failures.py [dataloader-oom] [store-clients]
 
-Writes beside this script ``cpu-torch-dataloader-worker-oom-killed.log`` (the training script's whole
-output), ``.dmesg.txt`` (the kernel lines written while it ran) and ``.toml`` (label, exit status,
-command, the evidence line). Needs root and /sys/fs/cgroup/memory; CI does not regenerate these files.
+- ``dataloader-oom``: a DataLoader worker killed by the kernel's OOM killer under a cgroup-v1 memory
+  limit. Writes ``cpu-torch-dataloader-worker-oom-killed.log`` (the training script's whole output),
+  ``.dmesg.txt`` (the kernel lines written while it ran) and ``.toml``. Needs root and
+  /sys/fs/cgroup/memory.
+- ``store-clients``: rank 0 of a two-rank gloo job started alone (a launcher that starts fewer ranks than
+  world_size), so torch's TCPStore waits for a client that never comes. Writes
+  ``cpu-torch-store-clients-not-joined.log`` and ``.toml``. Needs nothing but a free local port.
+
+With no argument both run. CI does not regenerate these files.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -52,7 +59,53 @@ def dmesg() -> list[str]:
     return subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout.splitlines()
 
 
-def main() -> None:
+# Rank 0 of world_size 2 with the env:// rendezvous: rank 0 hosts the TCPStore and waits for the other rank
+STORE = r"""
+import datetime, os, sys
+import torch
+import torch.distributed as dist
+
+print(f"torch {torch.__version__}", flush=True)
+where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+print(f"rank 0 of world_size 2: init_process_group(gloo) at {where}", flush=True)
+dist.init_process_group("gloo", rank=0, world_size=2, timeout=datetime.timedelta(seconds=10))
+print("joined", flush=True)
+"""
+STORE_NAME = "cpu-torch-store-clients-not-joined"
+
+
+def store_clients() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "train.py"
+        script.write_text(STORE)
+        log_path = HERE / f"{STORE_NAME}.log"
+        env = {"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        started = time.monotonic()
+        with log_path.open("wb") as log:
+            argv = [sys.executable, str(script)]
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=120).returncode
+        elapsed = time.monotonic() - started
+    text = log_path.read_text(errors="replace")
+    evidence = next((ln for ln in text.splitlines() if "clients joined" in ln), "")
+    import torch
+
+    toml = (
+        f"# Real failure of PyTorch {torch.__version__}'s rendezvous made here by {SCRIPT}\n"
+        f'source = "generated: torch {torch.__version__} (CPU) on this machine, {SCRIPT} store-clients"\n'
+        'label = "config_error_not_resource"\n'
+        f"exit_code = {rc}\n"
+        f"evidence = {json.dumps(evidence.strip()[:400])}\n"
+        'command = "train.py as rank 0 of a world_size 2 gloo job, the second rank never started"\n'
+        f"seconds = {elapsed:.0f}\n"
+    )
+    (HERE / f"{STORE_NAME}.toml").write_text(toml)
+    print(f"rc={rc} {elapsed:.0f}s evidence={evidence!r}")
+
+
+def dataloader_oom() -> None:
     CGROUP.mkdir(exist_ok=True)
     (CGROUP / "memory.limit_in_bytes").write_text(str(LIMIT))
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,6 +138,14 @@ def main() -> None:
     )
     (HERE / f"{NAME}.toml").write_text(toml)
     print(f"rc={rc} {elapsed:.0f}s evidence={evidence!r} kernel={len(kernel)} lines")
+
+
+def main() -> None:
+    runs = {"dataloader-oom": dataloader_oom, "store-clients": store_clients}
+    ap = argparse.ArgumentParser(description="Produce real PyTorch failures for the triage corpus.")
+    ap.add_argument("which", nargs="*", choices=sorted(runs), help="failures to make (default: all)")
+    for name in ap.parse_args().which or sorted(runs):
+        runs[name]()
 
 
 if __name__ == "__main__":
