@@ -3660,3 +3660,15 @@ def test_a_configuration_failure_outside_vllm_is_not_called_vllm_s() -> None:
     served = diagnose(CORPUS / "ho10-vllm-10481-llamamodel-arch-unsupported.log")
     assert served.cause == "config_error_not_resource"
     assert served.remediation.summary.startswith("vLLM rejected its configuration")
+
+
+def test_nccl_that_finds_the_card_full_is_an_oom_not_a_communication_failure() -> None:
+    """tests/fixtures/gpu/failures-2026-12-02/nccl-oom.log: an H200 filled by the process's own tensors,
+    then a one-rank NCCL all_reduce (bench/gpu/capture_failures.py --only nccl-oom; torch 2.11, NCCL
+    2.28.9): NCCL's 'Cuda failure 'out of memory'' under ncclUnhandledCudaError and c10d's 'unhandled cuda
+    error'. The NCCL lines only wrap the allocation that failed."""
+    log = Path("tests/fixtures/gpu/failures-2026-12-02/nccl-oom.log")
+    d = diagnose(log, exit_code=int(log.with_suffix(".rc").read_text()))
+    assert d.memory and d.cause.startswith("oom_"), (d.cause, d.confidence)
+    assert "nccl_multi_gpu_comm_failure" not in {c for c, _ in d.alternatives}
+    assert any("Cuda failure 'out of memory'" in e.text for e in d.evidence)

@@ -32,6 +32,13 @@ PyTorch's own checks, whose messages triage must not read as something else:
                  its parameters and buffers on device cuda:0 (device_ids[0]) but found one of them on
                  device: cpu'): a device placement, not memory
 
+An exhausted card that NCCL finds first:
+
+  nccl-oom       the card filled by this process's own tensors (down to the last MiB), then a one-rank
+                 NCCL process group and an all_reduce: NCCL's buffers get no memory ('NCCL WARN Cuda
+                 failure 2 'out of memory'', the numbered form of NCCL 2.19 on), read as an OOM whatever
+                 the NCCL error that wraps it says
+
 Each scenario runs in its own process; its stdout and stderr (the traceback as Python prints it) go to
 DIR/<scenario>.log and its exit status to DIR/<scenario>.rc, and `gputune triage` reads the log into
 DIR/triage-<scenario>.json. One JSON line per scenario on stdout. Nothing here changes a GPU setting.
@@ -56,6 +63,7 @@ SCENARIOS = (
     "cross-device",
     "matmul-shapes",
     "data-parallel-device",
+    "nccl-oom",
 )
 # a kernel that writes one element past its buffer, for compute-sanitizer's memcheck
 OOB_KERNEL = r"""
@@ -105,6 +113,36 @@ def data_parallel_model_moved_off(torch: Any) -> Any:  # torch is imported by th
     return wrapped
 
 
+def nccl_on_a_full_card(torch: Any) -> None:  # torch is imported by the child only
+    """Fill GPU 0 with this process's own tensors, then start NCCL on it (one rank) and all_reduce."""
+    import socket
+
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_DEBUG", "WARN")
+    x = torch.ones(1 << 20, device="cuda")  # the collective's own tensor, made before the card is full
+    hold = []
+    for size in (1 << 30, 1 << 26, 1 << 20):
+        while True:
+            try:
+                hold.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+            except torch.cuda.OutOfMemoryError:
+                break
+    free, total = torch.cuda.mem_get_info()
+    print(
+        f"holding {sum(t.numel() for t in hold) / 2**30:.2f} GiB; {free / 2**20:.0f} MiB free of "
+        f"{total / 2**30:.2f} GiB; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}",
+        flush=True,
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
 def scenario(name: str, work: Path) -> int:
     if name == "sanitizer-oob":
         return sanitizer_oob(work)
@@ -120,6 +158,7 @@ def scenario(name: str, work: Path) -> int:
         "data-parallel-device": lambda: data_parallel_model_moved_off(torch)(
             torch.randn(8, 64, device="cuda")
         ),
+        "nccl-oom": lambda: nccl_on_a_full_card(torch),
     }
     if name in checks:
         print(f"{name} on {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
@@ -155,6 +194,7 @@ def scenario(name: str, work: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("capture-failures"))
+    ap.add_argument("--only", action="append", choices=SCENARIOS, help="run these scenarios (default: all)")
     ap.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)  # the child's own run
     opts = ap.parse_args()
     if opts.scenario:
@@ -164,7 +204,7 @@ def main() -> int:
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
     )
-    for name in SCENARIOS:
+    for name in opts.only or SCENARIOS:
         log = opts.out / f"{name}.log"
         with log.open("wb") as fh:
             rc = subprocess.run(
