@@ -39,6 +39,13 @@ An exhausted card that NCCL finds first:
                  failure 2 'out of memory'', the numbered form of NCCL 2.19 on), read as an OOM whatever
                  the NCCL error that wraps it says
 
+A device assignment, not a link:
+
+  nccl-duplicate-gpu
+                 two ranks of one NCCL process group both on GPU 0 (as a launcher that sets the same
+                 CUDA_VISIBLE_DEVICES for every rank does): NCCL refuses the communicator ('Duplicate GPU
+                 detected : rank 1 and rank 0 both on CUDA device ...', ncclInvalidUsage)
+
 Each scenario runs in its own process; its stdout and stderr (the traceback as Python prints it) go to
 DIR/<scenario>.log and its exit status to DIR/<scenario>.rc, and `gputune triage` reads the log into
 DIR/triage-<scenario>.json. One JSON line per scenario on stdout. Nothing here changes a GPU setting.
@@ -64,6 +71,7 @@ SCENARIOS = (
     "matmul-shapes",
     "data-parallel-device",
     "nccl-oom",
+    "nccl-duplicate-gpu",
 )
 # a kernel that writes one element past its buffer, for compute-sanitizer's memcheck
 OOB_KERNEL = r"""
@@ -143,6 +151,31 @@ def nccl_on_a_full_card(torch: Any) -> None:  # torch is imported by the child o
     dist.destroy_process_group()
 
 
+def _duplicate_rank(rank: int, port: int) -> None:  # a child of torch.multiprocessing.spawn
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_DEBUG", "WARN")
+    torch.cuda.set_device(0)  # every rank on GPU 0
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    x = torch.ones(1024, device="cuda")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
+def two_ranks_on_one_gpu(torch: Any) -> None:  # torch is imported by the child only
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    print(f"2 ranks, both on cuda:0, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
+    mp.spawn(_duplicate_rank, args=(port,), nprocs=2, join=True)
+
+
 def scenario(name: str, work: Path) -> int:
     if name == "sanitizer-oob":
         return sanitizer_oob(work)
@@ -159,6 +192,7 @@ def scenario(name: str, work: Path) -> int:
             torch.randn(8, 64, device="cuda")
         ),
         "nccl-oom": lambda: nccl_on_a_full_card(torch),
+        "nccl-duplicate-gpu": lambda: two_ranks_on_one_gpu(torch),
     }
     if name in checks:
         print(f"{name} on {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
