@@ -74,6 +74,23 @@ print("joined", flush=True)
 STORE_NAME = "cpu-torch-store-clients-not-joined"
 
 
+def _run(
+    argv: list[str], log_path: Path, timeout: int, env: dict[str, str] | None = None
+) -> tuple[int, float]:
+    """Run argv with its stdout and stderr in log_path: (exit status, seconds)."""
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+    return rc, time.monotonic() - started
+
+
+def _write_case(name: str, header: str, fields: list[str]) -> None:
+    """The case's .toml beside its log: a comment line, then `key = value` lines as given."""
+    (HERE / f"{name}.toml").write_text(
+        f"# {header} made here by {SCRIPT}\n" + "".join(f + "\n" for f in fields)
+    )
+
+
 def store_clients() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -83,25 +100,23 @@ def store_clients() -> None:
         script.write_text(STORE)
         log_path = HERE / f"{STORE_NAME}.log"
         env = {"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        started = time.monotonic()
-        with log_path.open("wb") as log:
-            argv = [sys.executable, str(script)]
-            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=120).returncode
-        elapsed = time.monotonic() - started
+        rc, elapsed = _run([sys.executable, str(script)], log_path, 120, env)
     text = log_path.read_text(errors="replace")
     evidence = next((ln for ln in text.splitlines() if "clients joined" in ln), "")
     import torch
 
-    toml = (
-        f"# Real failure of PyTorch {torch.__version__}'s rendezvous made here by {SCRIPT}\n"
-        f'source = "generated: torch {torch.__version__} (CPU) on this machine, {SCRIPT} store-clients"\n'
-        'label = "config_error_not_resource"\n'
-        f"exit_code = {rc}\n"
-        f"evidence = {json.dumps(evidence.strip()[:400])}\n"
-        'command = "train.py as rank 0 of a world_size 2 gloo job, the second rank never started"\n'
-        f"seconds = {elapsed:.0f}\n"
+    _write_case(
+        STORE_NAME,
+        f"Real failure of PyTorch {torch.__version__}'s rendezvous",
+        [
+            f'source = "generated: torch {torch.__version__} (CPU) on this machine, {SCRIPT} store-clients"',
+            'label = "config_error_not_resource"',
+            f"exit_code = {rc}",
+            f"evidence = {json.dumps(evidence.strip()[:400])}",
+            'command = "train.py as rank 0 of a world_size 2 gloo job, the second rank never started"',
+            f"seconds = {elapsed:.0f}",
+        ],
     )
-    (HERE / f"{STORE_NAME}.toml").write_text(toml)
     print(f"rc={rc} {elapsed:.0f}s evidence={evidence!r}")
 
 
@@ -112,31 +127,29 @@ def dataloader_oom() -> None:
         train = Path(tmp) / "train.py"
         train.write_text(TRAIN)
         before = dmesg()
-        started = time.monotonic()
         log_path = HERE / f"{NAME}.log"
         inner = f"echo $$ > {CGROUP}/cgroup.procs && exec {sys.executable} {train}"
-        with log_path.open("wb") as log:
-            argv = ["/bin/sh", "-c", inner]
-            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=600).returncode
-        elapsed = time.monotonic() - started
+        rc, elapsed = _run(["/bin/sh", "-c", inner], log_path, 600)
     kernel = [ln for ln in dmesg()[len(before) :] if re.search(r"oom|Killed process|Memory cgroup", ln, re.I)]
     (HERE / f"{NAME}.dmesg.txt").write_text("\n".join(kernel) + "\n")
     text = log_path.read_text(errors="replace")
     evidence = next((ln for ln in text.splitlines() if "is killed by signal" in ln), "")
     import torch
 
-    toml = (
-        f"# Real failure of a PyTorch {torch.__version__} DataLoader made here by {SCRIPT}\n"
-        f'source = "generated: torch {torch.__version__} (CPU) on this machine, {SCRIPT}"\n'
-        'label = "host_ram_oom_killed"\n'
-        f"exit_code = {rc}\n"
-        f'dmesg = "{NAME}.dmesg.txt"\n'
-        f"evidence = {json.dumps(evidence.strip()[:400])}\n"
-        'command = "train.py (a DataLoader of 2 workers whose dataset caches every sample) in a cgroup of '
-        f'{LIMIT // 1024**2} MiB"\n'
-        f"seconds = {elapsed:.0f}\n"
+    _write_case(
+        NAME,
+        f"Real failure of a PyTorch {torch.__version__} DataLoader",
+        [
+            f'source = "generated: torch {torch.__version__} (CPU) on this machine, {SCRIPT}"',
+            'label = "host_ram_oom_killed"',
+            f"exit_code = {rc}",
+            f'dmesg = "{NAME}.dmesg.txt"',
+            f"evidence = {json.dumps(evidence.strip()[:400])}",
+            'command = "train.py (a DataLoader of 2 workers whose dataset caches every sample) in a '
+            f'cgroup of {LIMIT // 1024**2} MiB"',
+            f"seconds = {elapsed:.0f}",
+        ],
     )
-    (HERE / f"{NAME}.toml").write_text(toml)
     print(f"rc={rc} {elapsed:.0f}s evidence={evidence!r} kernel={len(kernel)} lines")
 
 
