@@ -335,10 +335,16 @@ def test_oom_with_another_process_holding_the_card_is_a_startup_free_memory_prob
         "79.19 GiB of which 500.00 MiB is free. Process 4242 has 60.00 GiB memory in use. Process 5151 has "
         "18.60 GiB memory in use. Including non-PyTorch memory, this process has 18.60 GiB memory in use."
     )
-    d = diagnose(_write(tmp_path, "x.log", f"INFO Starting to load model m\n{oom}\n"))
+    head = "INFO [api_server.py:1] vLLM API server version 0.11.0\nINFO Starting to load model m\n"
+    d = diagnose(_write(tmp_path, "x.log", f"{head}{oom}\n"))
     assert d.cause == "startup_free_memory_below_target"
     assert "oom_weights_do_not_fit" in dict(d.alternatives)
     assert d.remediation.flag_changes["--gpu-memory-utilization"] == "0.23"
+    # the same OOM from a program that is not shown to be vLLM: the cause, but no vLLM flag to pass it
+    d = diagnose(_write(tmp_path, "y.log", f"INFO Starting to load model m\n{oom}\n"))
+    assert d.cause == "startup_free_memory_below_target"
+    assert "--gpu-memory-utilization" not in d.remediation.flag_changes
+    assert "60.0 GiB" in d.remediation.summary
 
 
 # ---------------------------------------------------------------------------------- run directories

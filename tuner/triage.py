@@ -260,8 +260,18 @@ class _Context:
 
     @property
     def is_vllm(self) -> bool:
+        """The log is vLLM's: its version line, a frame or path inside a vllm package, its command line or
+        engine arguments, or a message only vLLM prints. A world size alone is not enough (torch.distributed
+        prints one too), nor are stage landmarks (transformers' and TGI's frames are among them)."""
         s = self.scan
-        return bool(s.vllm_version or s.stage_first_line or s.args or self.argv or s.vllm_paths)
+        engine_args = any(name != "world_size" for name in s.args)
+        return bool(
+            s.vllm_version
+            or s.vllm_paths
+            or self.argv
+            or engine_args
+            or any(h.signature.id.startswith("vllm.") for h in s.hits)
+        )
 
 
 _UNITS = {
@@ -424,10 +434,14 @@ NON_TORCH_ALLOWANCE_MIB = 1536.0
 UNLISTED_OTHERS_FLOOR_MIB = 4096.0
 
 
-def _nvml_unmeasured(facts: dict[str, float]) -> bool:
-    """The OOM message's 'this process has N memory in use' is below what PyTorch itself allocated: NVML
-    did not see the process (0 bytes in some containers and VMs)."""
-    return "this_process" in facts and facts["this_process"] < facts.get("allocated_by_torch", 0.0)
+def _nvml_blind(facts: dict[str, float]) -> bool | None:
+    """Whether the OOM message's 'this process has N memory in use' (NVML's reading, torch 2.1+) missed the
+    process: True when it is below what PyTorch itself allocated (0 bytes in some containers and VMs),
+    False when it covers it, None when the message has no reading or no allocation to judge it by."""
+    allocated = facts.get("allocated_by_torch", 0.0)
+    if "this_process" not in facts or allocated <= 0.0:
+        return None
+    return facts["this_process"] < allocated
 
 
 def _other_process_mib(facts: dict[str, float]) -> float | None:
@@ -436,13 +450,12 @@ def _other_process_mib(facts: dict[str, float]) -> float | None:
     remainder: float | None = None
     if total is not None and free is not None:
         if "this_process" in facts:
-            # torch 2.1+: NVML found this process; what the card uses beyond it is someone else's,
-            # listed or not (processes of other containers are not listed). NVML reports 0 bytes for a
-            # process in some containers and VMs: a reading below what PyTorch itself allocated says
-            # nothing.
-            if facts["this_process"] >= facts.get("allocated_by_torch", 0.0) > 0.0:
+            blind = _nvml_blind(facts)
+            if blind is False:
+                # torch 2.1+: NVML found this process; what the card uses beyond it is someone else's,
+                # listed or not (processes of other containers are not listed)
                 remainder = total - free - facts["this_process"]
-            elif facts.get("allocated_by_torch", 0.0) > 0.0:
+            elif blind:
                 # NVML's reading is below what PyTorch itself allocated (0 bytes in a container's pid
                 # namespace): count this process as PyTorch's allocations and reserve plus an allowance
                 # for its context, as for torch 1.x below
@@ -588,7 +601,7 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 c = cand("startup_free_memory_below_target")
                 c.groups.setdefault("others_mib", f"{others:.0f}")
                 c.groups.setdefault("total_mib", f"{total:.0f}")
-                if _nvml_unmeasured(facts) and stage != "load":
+                if _nvml_blind(facts) and stage != "load":
                     # NVML did not see this process (0 bytes in a container's pid namespace): past
                     # loading, the memory no one accounts for may be this process's own outside
                     # PyTorch's allocator (a colocated engine's pool, NCCL's buffers, CUDA graphs), so
@@ -1696,9 +1709,7 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             texts = [h.text.strip() for h in top.hits]
             # the message as raised, not the frame's source line that holds the same words
             text = next((t for t in texts if not _RAISE_SOURCE.search(t)), texts[0] if texts else "")
-            s = ctx.scan
-            vllm_said = any(sid.startswith("vllm.") for sid in top.sig_ids)
-            if s.vllm_version or s.vllm_paths or ctx.argv or vllm_said:
+            if ctx.is_vllm:
                 summary = f"vLLM rejected its configuration: {text[:300]}"
             else:
                 # a log with no vLLM in it (a training job, another tool): say what stopped it, not vLLM

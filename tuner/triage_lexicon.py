@@ -148,11 +148,24 @@ def _frame_words(frame: str) -> list[str]:
     return ["f:" + p.removesuffix(".py").lower() for p in parts if p]
 
 
+# a traceback's frame line ('  File "/gpfs/accounts/u/x/sglang/srt/model_runner.py", line 231, in __init__')
+# among the last lines: its host path says where the code was installed, not why it failed
+_FRAME_LINE = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+
+
+def _tail_words(text: str) -> list[str]:
+    m = _FRAME_LINE.search(text)
+    if m:
+        return _frame_words(m.group("path").replace("\\", "/") + " in " + m.group("func"))
+    return _words(text)
+
+
 def features(res: ScanResult) -> list[tuple[str, int, str]]:
     """The words of a scanned log's failure lines: (feature, line number, the line) in the order read.
 
     Features: ``X:<class>`` for each exception class, ``f:<part>`` for the package path of the innermost
-    frames, and the plain words of the exception messages and of the last lines."""
+    frames and of frame lines among the last lines, and the plain words of the exception messages and of
+    the other last lines."""
     out: list[tuple[str, int, str]] = []
     for exc in _failure_exceptions(res)[-EXCEPTIONS_READ:]:
         line = exc.text.strip()
@@ -161,7 +174,7 @@ def features(res: ScanResult) -> list[tuple[str, int, str]]:
         for frame in exc.frames[-FRAMES_READ:]:
             out.extend((w, exc.line_no, line) for w in _frame_words(frame))
     for no, text in res.tail[-TAIL_READ:]:
-        out.extend((w, no, text.strip()) for w in _words(text))
+        out.extend((w, no, text.strip()) for w in _tail_words(text))
     return out
 
 
