@@ -1948,6 +1948,34 @@ def test_a_notebook_traceback_cut_before_its_end_is_read_by_its_header(tmp_path:
     ]
 
 
+def test_ipython_7_frame_lines_are_read_as_frames(tmp_path: Path) -> None:
+    # Colab's IPython 7 prints '/path/x.py in func(args)' with no line number (tests/corpus/
+    # ho136-ipynb-ieayvaz-grpo-refmodel-oom.log): trl's create_reference_model there is a load landmark
+    frames = (
+        "/usr/local/lib/python3.11/dist-packages/trl/models/modeling_base.py in "
+        "create_reference_model(model, num_shared_layers, pattern)\n"
+        "--> 627     ref_model = deepcopy(model)\n"
+        "/usr/local/lib/python3.11/dist-packages/torch/storage.py in clone(self)\n"
+    )
+    oom = (
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 28.00 MiB. GPU 0 has a total capacity of "
+        "14.74 GiB of which 14.12 MiB is free. Process 3073 has 14.72 GiB memory in use. Of the allocated "
+        "memory 14.61 GiB is allocated by PyTorch, and 1.34 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    res = scan(io.BytesIO((frames + oom).encode()))
+    assert res.exceptions[-1].frames[-2:] == (
+        "/usr/local/lib/python3.11/dist-packages/trl/models/modeling_base.py in create_reference_model",
+        "/usr/local/lib/python3.11/dist-packages/torch/storage.py in clone",
+    )
+    d = diagnose(_write(tmp_path, "colab.log", frames + oom))
+    assert (d.stage, d.cause) == ("load", "oom_weights_do_not_fit")
+    # a sentence that names a file and a function is not a frame
+    assert (
+        triage_scan.clean_line(b"see setup.py in main(argv) for details")
+        == "see setup.py in main(argv) for details"
+    )
+
+
 def test_weights_larger_than_the_card_make_a_stage_free_oom_a_load_oom(tmp_path: Path) -> None:
     cmd = (
         "CUDA_VISIBLE_DEVICES=0,1,2,3 python3 -m vllm.entrypoints.openai.api_server "
@@ -3593,13 +3621,20 @@ def test_torch_2_11_watchdog_line_alone_is_a_communication_failure(tmp_path: Pat
     assert any("detected by watchdog" in e.text for e in d.evidence)
 
 
-def test_an_oom_under_a_per_process_memory_limit_names_the_limit() -> None:
+def test_an_oom_under_a_per_process_memory_limit_names_the_limit(tmp_path: Path) -> None:
     # tests/fixtures/gpu/allocator/fraction-limit.log: torch 2.11 on an H200 under
-    # set_per_process_memory_fraction(0.05): 132.8 GiB free, '6.99 GiB allowed'
+    # set_per_process_memory_fraction(0.05): 132.8 GiB free, '6.99 GiB allowed'. The process ran out of
+    # its budget, so it is an OOM (of the stage it died in), with the limit as the first thing to change.
     d = diagnose(Path("tests/fixtures/gpu/allocator/fraction-limit.log"))
-    assert d.cause == "unknown"
+    assert playbook().causes[d.cause].get("memory")
     assert any("its own limit of 6.99 GiB" in e.text for e in d.evidence)
-    assert "6.99 GiB" in d.remediation.summary
+    assert d.remediation.summary.startswith("The process may use only 6.99 GiB")
+    # the same figures without a limit below the card's: the card had room, so no memory label
+    text = Path("tests/fixtures/gpu/allocator/fraction-limit.log").read_text()
+    assert "6.99 GiB allowed" in text
+    d = diagnose(_write(tmp_path, "nolimit.log", text.replace("6.99 GiB allowed", "139.80 GiB allowed")))
+    assert d.cause == "unknown"
+    assert any("the card had room" in e.text for e in d.evidence)
 
 
 def test_a_missing_driver_api_symbol_is_the_driver_but_a_mangled_one_is_a_build(tmp_path: Path) -> None:

@@ -371,6 +371,24 @@ def _nothing_freed_yet(facts: dict[str, float]) -> bool:
     )
 
 
+def _fraction_cap(facts: dict[str, float]) -> str | None:
+    """A sentence when a PyTorch OOM message shows a per-process limit below the card's capacity that the
+    request would cross: torch.cuda.set_per_process_memory_fraction (TGI's and LoRAX's
+    --cuda-memory-fraction, a framework's own share) makes the caching allocator refuse what passes
+    'N GiB allowed', whatever the card has free, so the process ran out of its budget; None otherwise."""
+    allowed, total, tried = facts.get("allowed"), facts.get("total"), facts.get("tried")
+    if allowed is None or total is None or tried is None or allowed >= 0.97 * total:
+        return None
+    used = facts.get("reserved_total", facts.get("this_process", 0.0))
+    if used + tried < allowed:
+        return None  # the limit was not what stopped it
+    return (
+        f"the process reached its own limit of {allowed / 1024:.2f} GiB of the card's {total / 1024:.1f} GiB "
+        "(torch.cuda.set_per_process_memory_fraction, set by the program or the framework around it, "
+        "e.g. --cuda-memory-fraction): its budget ran out, whatever the card had free"
+    )
+
+
 def _plenty_free(facts: dict[str, float]) -> str | None:
     """A sentence when a PyTorch OOM message says the card had ten times the request free, and at least
     5% of the card: not a shortage of memory; None otherwise."""
@@ -379,13 +397,10 @@ def _plenty_free(facts: dict[str, float]) -> str | None:
         return None
     if free < 10 * tried or free < 0.05 * total:
         return None
+    if _fraction_cap(facts) is not None:
+        return None  # the process's own budget ran out: a shortage, though the card had room
     head = f"{free / 1024:.1f} GiB of {total / 1024:.1f} GiB free for a {tried:.0f} MiB request"
     head += ": the card had room"
-    if "allowed" in facts:
-        return (
-            f"{head}; the process reached its own limit of {facts['allowed'] / 1024:.2f} GiB "
-            "(torch.cuda.set_per_process_memory_fraction, set by the program or the framework around it)"
-        )
     return (
         f"{head}; the allocation failed for another reason (vLLM's sleep-mode allocator, a vGPU or MIG limit)"
     )
@@ -610,6 +625,11 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
                 else:
                     c.add_hit(hit, min(0.9, weight), stage)
                     weight *= 0.6
+            capped = _fraction_cap(facts)
+            if capped is not None:
+                source = "c10/cuda/CUDACachingAllocator.cpp (the OOM message's 'allowed' figure)"
+                _add_once(cand(cause).extra, Evidence("log", capped, hit.line_no, source))
+                cand(cause).groups.setdefault("allowed_mib", f"{facts['allowed']:.0f}")
         cand(cause).add_hit(hit, weight, stage)
 
     # Rules on a traceback's shape (the exception class and where it was raised): weaker than any message
@@ -1714,6 +1734,14 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
             else:
                 # a log with no vLLM in it (a training job, another tool): say what stopped it, not vLLM
                 summary = f"The run stopped on its setup, not on a resource: {text[:300]}"
+    allowed = _f(g, "allowed_mib")
+    if allowed is not None and info.get("memory"):
+        # the allocator refused at the process's own limit, not at the card's: that limit comes first
+        summary = (
+            f"The process may use only {allowed / 1024:.2f} GiB of the GPU (torch.cuda."
+            "set_per_process_memory_fraction, or a server's --cuda-memory-fraction) and ran out of that "
+            f"budget: raise the limit, or make the run need less. {summary}"
+        )
     if _engine(ctx, top) != "vllm":
         summary, flags, env, alts = _other_engine(ctx, top, summary, flags, env, alts)
         # the cause's generic alternatives name vLLM's options; another server's log keeps only the others

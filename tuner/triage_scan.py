@@ -9,7 +9,8 @@ a word already in ANCHORS where its message allows.
 
 Besides failures, the scan reads what describes the run: vLLM's logged arguments and version, a vLLM
 command line pasted into the log (``vllm serve M -tp 2``), the GPU's name, and Python tracebacks,
-including IPython/Jupyter frames, which are rewritten as Python's own frame lines.
+including IPython/Jupyter frames (both IPython 8's and the older form Colab prints), which are rewritten
+as Python's own frame lines.
 """
 
 from __future__ import annotations
@@ -367,6 +368,13 @@ _IPY_FRAME = re.compile(
 )
 
 
+# IPython before 8 (Colab's, Kaggle's) prints a frame as '/usr/lib/python3.11/copy.py in deepcopy(x, memo)'
+# with the source lines and a '--> 153' arrow below it: no line number on the frame line itself
+_IPY_OLD_FRAME = re.compile(
+    r"^(?P<indent>\s*)(?P<path>(?:[A-Za-z]:)?[^\s:]*[/\\][^\s]*\.py) in (?:[\w<>]+\.)*(?P<func>[\w<>]+)\(.*$"
+)
+
+
 _CJK_LATIN = re.compile(
     r"(?<=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])"
 )
@@ -393,6 +401,10 @@ def clean_line(raw: bytes) -> str:
         m = _IPY_FRAME.match(text)
         if m:
             text = f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {m["func"]}'
+    elif ".py in " in text and 'File "' not in text:
+        m = _IPY_OLD_FRAME.match(text)
+        if m:
+            text = f'{m["indent"]}File "{m["path"]}", line 0, in {m["func"]}'
     return text
 
 
@@ -486,6 +498,7 @@ class _Matcher:
 # exception line ('ValueError: ...', 'torch.OutOfMemoryError: ...'), read for the [[structural]] rules.
 TRACEBACK_TRIGGERS = (
     'file "',
+    ".py in ",  # IPython 7's frame line ('/usr/lib/python3.11/copy.py in deepcopy(x, memo)')
     "error",
 )  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+(?:, in (?P<func>[\w.<>]+))?')
