@@ -1976,6 +1976,36 @@ def test_ipython_7_frame_lines_are_read_as_frames(tmp_path: Path) -> None:
     )
 
 
+def test_rich_traceback_frames_are_read_as_frames(tmp_path: Path) -> None:
+    # rich's boxed tracebacks (DeepSpeed's and typer's pretty errors; tests/corpus/
+    # ho142-chatglm2-6b-267-ptuning-quantize-cpm-kernels-no-kernel-image.log) print a frame as
+    # '| path.py:216 in func |' between box bars: read as Python's own frame line
+    line = (
+        "│ /opt/conda/lib/python3.9/site-packages/cpm_kernels/library/cuda.py:216 in checkCUStatus          │"
+    )
+    assert triage_scan.clean_line(line.encode()) == (
+        'File "/opt/conda/lib/python3.9/site-packages/cpm_kernels/library/cuda.py", '
+        "line 216, in checkCUStatus"
+    )
+    # a source line in the box is not a frame
+    body = (
+        "│   214 def checkCUStatus(error : int) -> None:                                                    │"
+    )
+    assert triage_scan.clean_line(body.encode()) == body
+    # Module.to's frames as rich prints them put a CUDA OOM at load (tests/corpus/
+    # ho170-gh-deepspeed-2672-opt66b-zero3-load-oom.log quotes only their source lines)
+    frames = (
+        "│ /usr/local/lib/python3.8/dist-packages/torch/nn/modules/module.py:987 in to                   │\n"
+        "│ ❱  987 │   │   return self._apply(convert)                                   │\n"
+    )
+    oom = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 162.00 MiB (GPU 2; 79.35 GiB total capacity; "
+        "77.00 GiB already allocated; 146.19 MiB free; 77.01 GiB reserved in total by PyTorch)\n"
+    )
+    d = diagnose(_write(tmp_path, "rich.log", frames + oom))
+    assert (d.stage, d.cause) == ("load", "oom_weights_do_not_fit")
+
+
 def test_weights_larger_than_the_card_make_a_stage_free_oom_a_load_oom(tmp_path: Path) -> None:
     cmd = (
         "CUDA_VISIBLE_DEVICES=0,1,2,3 python3 -m vllm.entrypoints.openai.api_server "

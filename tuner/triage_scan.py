@@ -375,6 +375,11 @@ _IPY_OLD_FRAME = re.compile(
 )
 
 
+# rich's tracebacks (rich.traceback, installed by typer, DeepSpeed's and many CLIs' pretty errors) print a
+# frame in a box as '│ /usr/lib/python3/dist-packages/torch/nn/modules/module.py:987 in convert      │'
+_RICH_FRAME = re.compile(r"^(?P<indent>\s*)│\s*(?P<path>\S+\.py):(?P<line>\d+) in (?P<func>[\w<>]+)\s*│?\s*$")
+
+
 _CJK_LATIN = re.compile(
     r"(?<=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])"
 )
@@ -399,6 +404,10 @@ def clean_line(raw: bytes) -> str:
         text = html.unescape(text)
     if text.lstrip().startswith("File ") and 'File "' not in text:
         m = _IPY_FRAME.match(text)
+        if m:
+            text = f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {m["func"]}'
+    elif "│" in text and ".py:" in text:
+        m = _RICH_FRAME.match(text)
         if m:
             text = f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {m["func"]}'
     elif ".py in " in text and 'File "' not in text:
