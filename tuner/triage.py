@@ -1676,6 +1676,14 @@ def _remedy(ctx: _Context, top: _Candidate) -> Remediation:
                 flags["--max-lora-rank"] = str(lora_fit)
                 summary += f": --max-lora-rank {lora_fit} (the smallest value vLLM accepts that holds it)"
             summary += ". Not a memory shortage."
+        elif "flashinfer.mla_kv_dtype_unsupported" in top.sig_ids:
+            flags["--kv-cache-dtype"] = "auto"
+            summary = (
+                "FlashInfer's MLA kernels refused the KV cache's storage dtype (uint8 is how vLLM stores an "
+                "fp8 KV cache): this attention backend and --kv-cache-dtype fp8 do not go together, on any "
+                "GPU. --kv-cache-dtype auto keeps the KV cache in the model's dtype (about twice the KV "
+                "memory); another MLA backend may take fp8. Not a memory problem."
+            )
         elif "vllm.moe_compressed_needs_fp16" in top.sig_ids:
             flags["--dtype"] = "float16"
             summary = (
