@@ -1992,6 +1992,11 @@ def test_rich_traceback_frames_are_read_as_frames(tmp_path: Path) -> None:
         "│   214 def checkCUStatus(error : int) -> None:                                                    │"
     )
     assert triage_scan.clean_line(body.encode()) == body
+    # a launcher's rank prefix before the box bar stays for the prefix reader; the frame is still a frame
+    ranked = "[rank0]: │ /usr/lib/python3/dist-packages/torch/nn/modules/module.py:1355 in convert        │"
+    assert triage_scan.clean_line(ranked.encode()) == (
+        '[rank0]: File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 1355, in convert'
+    )
     # Module.to's frames as rich prints them put a CUDA OOM at load (tests/corpus/
     # ho170-gh-deepspeed-2672-opt66b-zero3-load-oom.log quotes only their source lines)
     frames = (
@@ -3509,6 +3514,59 @@ def test_the_sigkill_vllm_sends_its_own_process_tree_is_not_a_host_oom(tmp_path:
     assert d.cause == "unknown"
     # the shell's 'Killed' without vLLM's teardown line stays the OOM killer's
     assert diagnose(_write(tmp_path, "b.log", "Killed\n")).cause == "host_ram_oom_killed"
+
+
+def test_the_sigkill_sglang_sends_its_own_launcher_is_not_a_host_oom(tmp_path: Path) -> None:
+    # SGLang's scheduler answers its own exception with kill_process_tree, which SIGKILLs the launcher
+    # (tests/corpus/ho195-sglang-7495-deepgemm-assert.log): the exception is the failure, not host RAM
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/s/python/sglang/srt/managers/scheduler.py", line 2215, in run_scheduler_process\n'
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)\n"
+        '  File "/s/python/sglang/srt/layers/quantization/fp8_kernel.py", line 76, in deep_gemm_nt\n'
+        "    deep_gemm_wrapper.gemm_nt_f8f8bf16((A, As), (B, Bs), C)\n"
+        "ValueError: an error of the scheduler\n"
+    )
+    d = diagnose(_write(tmp_path, "a.log", frames + "Killed\n"))
+    assert d.cause != "host_ram_oom_killed"
+    sigquit = (
+        "[2025-06-24 08:54:27] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    assert diagnose(_write(tmp_path, "b.log", sigquit + "Killed\n")).cause != "host_ram_oom_killed"
+    # a 'Killed' after another program's traceback stays the OOM killer's
+    other = frames.replace("/s/python/sglang/srt/", "/app/train/")
+    assert diagnose(_write(tmp_path, "c.log", other + "Killed\n")).cause == "host_ram_oom_killed"
+
+
+def test_coloured_ipython_7_frames_are_read_as_frames(tmp_path: Path) -> None:
+    # a notebook's saved traceback keeps IPython 7's colours ('path.py\x1b[0m in \x1b[0;36mfunc'): the frame
+    # is still found (tests/corpus/ho181-nb-bvir-qwen25vl-16bit-t4-oom.log), so resize_token_embeddings
+    # right after from_pretrained puts the OOM at load
+    frame = (
+        "\x1b[0;32m/usr/local/lib/python3.12/dist-packages/transformers/modeling_utils.py\x1b[0m in "
+        "\x1b[0;36mresize_token_embeddings\x1b[0;34m(self, new_num_tokens)\x1b[0m\n"
+    )
+    oom = (
+        "\x1b[0;31mOutOfMemoryError\x1b[0m: CUDA out of memory. Tried to allocate 2.03 GiB. GPU 0 has a "
+        "total capacity of 14.56 GiB of which 243.81 MiB is free.\n"
+    )
+    d = diagnose(_write(tmp_path, "nb.log", frame + oom))
+    assert (d.stage, d.cause) == ("load", "oom_weights_do_not_fit")
+
+
+def test_a_bus_error_while_the_shards_are_read_is_not_dev_shm(tmp_path: Path) -> None:
+    # safetensors memory-maps each shard: a page it cannot read back raises SIGBUS
+    # (tests/corpus/ho195-sglang-6083-bus-error-weights.log); the same bus error before loading is /dev/shm
+    start = "[2025-05-07 14:42:43 TP0] Init torch distributed ends. mem usage=0.34 GB\n"
+    load = (
+        "[2025-05-07 14:42:43 TP0] Load weight begin. avail mem=46.93 GB\n"
+        "Loading safetensors checkpoint shards:   0% Completed | 0/17 [00:00<?, ?it/s]\n"
+    )
+    bus = "Fatal Python error: Bus error\n"
+    d = diagnose(_write(tmp_path, "a.log", start + load + bus))
+    assert d.cause == "unknown"
+    assert any("shards were read" in e.text for e in d.evidence)
+    assert diagnose(_write(tmp_path, "b.log", start + bus + load)).cause == "shm_insufficient"
 
 
 # An OOM whose innermost frames are the sampler's, with no other landmark (tests/corpus/ho24-vllm-24436-*):

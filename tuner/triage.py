@@ -668,25 +668,67 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
         )
         c.stage = ctx.scan.stage if c.stage == "unknown" else c.stage
 
+    shm = cands.get("shm_insufficient")
+    read_at = ctx.scan.weights_read_line
+    if (
+        shm is not None
+        and read_at is not None
+        and shm.sig_ids == {"shm.bus_error"}
+        and all(h.line_no > read_at and h.stage == "load" for h in shm.hits)
+    ):
+        # a SIGBUS while the checkpoint's shards are read: safetensors maps each file (mmap), and a page the
+        # kernel cannot read back (a file truncated or replaced while mapped, a disk or network file
+        # system error) raises SIGBUS; /dev/shm's transports were set up before loading began
+        shm.confidence = min(shm.confidence, CUT_TRACEBACK_HINT)
+        shm.extra.append(
+            Evidence(
+                "log",
+                "a bus error while the checkpoint's shards were read (a memory-mapped file, not /dev/shm)",
+                shm.hits[0].line_no,
+                "the bus error came while the checkpoint's shards were read: safetensors memory-maps each "
+                "file, and a page that cannot be read back (a truncated or replaced file, a disk or network "
+                "file system error) raises SIGBUS; /dev/shm was set up before loading began",
+            )
+        )
+
     host = cands.get("host_ram_oom_killed")
+    # SGLang's scheduler and detokenizer processes answer their own exception with kill_parent_process /
+    # kill_process_tree, which SIGKILLs the launcher (python/sglang/srt/managers/scheduler.py
+    # run_scheduler_process and utils.py kill_process_tree: itself.kill(), 0.2 .. 0.5): a 'Killed' after an
+    # SGLang traceback is that teardown, the exception above it the failure
+    sglang_teardown = ctx.scan.engine == "sglang" and any(
+        any("/sglang/" in f for f in e.frames) for e in ctx.scan.exceptions
+    )
     if (
         host is not None
-        and ctx.scan.self_sigkill
+        and (ctx.scan.self_sigkill or sglang_teardown)
         and not (ctx.kernel is not None and ctx.kernel.hits)
         and host.sig_ids <= SIGKILL_ONLY_SIGNATURES
     ):
-        # vLLM killed its own process tree after a worker's error: the SIGKILL says nothing about RAM
+        # the server killed its own process tree after a worker's error: the SIGKILL says nothing about RAM
         host.confidence = min(host.confidence, CUT_TRACEBACK_HINT)
-        host.extra.append(
-            Evidence(
-                "log",
-                "Got fatal signal from worker processes, shutting down",
-                None,
-                "vllm/v1/engine/core_client.py (0.7 .. 0.8) answers a worker's failure with "
-                "kill_process_tree(os.getpid()): the 'Killed' / SIGKILL after it is vLLM's own teardown; "
-                "the worker's error above is the cause",
+        if ctx.scan.engine == "sglang":
+            host.extra.append(
+                Evidence(
+                    "log",
+                    "a traceback of SGLang's processes before the SIGKILL",
+                    None,
+                    "SGLang answers a scheduler's or worker's exception with kill_process_tree, which "
+                    "SIGKILLs its own launcher (python/sglang/srt/utils.py): the 'Killed' after it is "
+                    "SGLang's own teardown; the exception above is the cause",
+                )
             )
-        )
+        else:
+            host.extra.append(
+                Evidence(
+                    "log",
+                    "Got fatal signal from worker processes, shutting down",
+                    None,
+                    "vllm/v1/engine/core_client.py (0.7 .. 0.8) answers a worker's failure with "
+                    "kill_process_tree(os.getpid()): the 'Killed' / SIGKILL after it is vLLM's own teardown; "
+                    "the worker's error above is the cause",
+                )
+            )
 
     tag, option = ctx.scan.args.get("model_tag"), ctx.scan.args.get("model_option")
     if isinstance(tag, str) and isinstance(option, str) and tag.rstrip("/") != option.rstrip("/"):

@@ -125,6 +125,7 @@ INFO_NEEDLES: tuple[str, ...] = (
     "KV cache memory: ",
     "MiB",
     "fatal signal from worker processes",
+    "Received sigquit from a child process",
     "lightllm",
     "self.key_buffer = [torch.empty(",
     "self.value_buffer = [torch.empty(",
@@ -229,6 +230,9 @@ class ScanResult:
     hits: list[Hit] = field(default_factory=list)
     hit_counts: dict[str, int] = field(default_factory=dict)
     stage_first_line: dict[str, int] = field(default_factory=dict)
+    # the first line that says the checkpoint's tensors are being read (WEIGHT_READ_NEEDLES), after the
+    # distributed set-up: a SIGBUS after it is a memory-mapped checkpoint file that could not be read
+    weights_read_line: int | None = None
     stage: str = "unknown"
     pids: set[int] = field(default_factory=set)
     args: dict[str, Any] = field(default_factory=dict)
@@ -248,7 +252,9 @@ class ScanResult:
     # vLLM 0.7 .. 0.8's engine client kills its own process tree after a worker failed
     # (vllm/v1/engine/core_client.py sigusr1_handler: 'Got fatal signal from worker processes, shutting
     # down.', then kill_process_tree(os.getpid())): the SIGKILL and the shell's 'Killed' that follow are
-    # its teardown, not the kernel's OOM killer
+    # its teardown, not the kernel's OOM killer; SGLang's launcher does the same (python/sglang/srt/
+    # entrypoints/engine.py sigquit_handler: 'Received sigquit from a child process. It usually means the
+    # child failed.', then kill_process_tree(os.getpid()), 0.4 .. 0.5)
     self_sigkill: bool = False
     # rows of an nvidia-smi or nvitop process table pasted into the log: (GPU index, pid, MiB, the row)
     gpu_processes: list[tuple[int, int, float, str]] = field(default_factory=list)
@@ -377,7 +383,9 @@ _IPY_OLD_FRAME = re.compile(
 
 # rich's tracebacks (rich.traceback, installed by typer, DeepSpeed's and many CLIs' pretty errors) print a
 # frame in a box as '│ /usr/lib/python3/dist-packages/torch/nn/modules/module.py:987 in convert      │'
-_RICH_FRAME = re.compile(r"^(?P<indent>\s*)│\s*(?P<path>\S+\.py):(?P<line>\d+) in (?P<func>[\w<>]+)\s*│?\s*$")
+_RICH_FRAME = re.compile(
+    r"^(?P<indent>[^│]*?)│\s*(?P<path>\S+\.py):(?P<line>\d+) in (?P<func>[\w<>]+)\s*│?\s*$"
+)
 
 
 _CJK_LATIN = re.compile(
@@ -505,14 +513,27 @@ class _Matcher:
 
 # Lines that make up a Python traceback: its frames ('  File "/x/y.py", line 3, in f') and its closing
 # exception line ('ValueError: ...', 'torch.OutOfMemoryError: ...'), read for the [[structural]] rules.
+# load landmarks printed once the weights are being read, after the ranks' distributed set-up (vLLM's
+# gpu_model_runner.py load_model and weight_utils.py iterators, SGLang's model_runner.py load_model)
+WEIGHT_READ_NEEDLES = frozenset(
+    {
+        "Loading safetensors checkpoint shards",
+        "Loading pt checkpoint shards",
+        "Load weight begin",
+        "Multi-thread loading shards",
+    }
+)
+
 TRACEBACK_TRIGGERS = (
     'file "',
     ".py in ",  # IPython 7's frame line ('/usr/lib/python3.11/copy.py in deepcopy(x, memo)')
+    "\x1b[0m in ",  # the same line in a notebook's saved colours ('copy.py\x1b[0m in \x1b[0;36mdeepcopy')
+    "^[[0m in ",  # and in caret notation
     "error",
 )  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+(?:, in (?P<func>[\w.<>]+))?')
 _EXC = re.compile(
-    r"(?:^|[\s\]\)>:|：\"'`])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
+    r"(?:^|[\s\]\)>:|：\"'`*])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
 )
 # an exception as repr() prints it inside a wrapper's sentence: "The error was ValueError('Unsupported
@@ -825,6 +846,8 @@ def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, sta
             if idx > new_idx:
                 new_idx = idx
             res.stage_first_line.setdefault(obj.stage, line_no)
+            if res.weights_read_line is None and obj.needle in WEIGHT_READ_NEEDLES:
+                res.weights_read_line = line_no
         elif isinstance(obj, Signature):
             pending.append(obj)
     for sig in pending:
@@ -912,7 +935,7 @@ def _info(needle: str, text: str, res: ScanResult) -> bool:
             with contextlib.suppress(ValueError):  # '-.' and other digits-and-dots that are no number
                 res.kv_available.setdefault(prefixes[-1] if prefixes else "main", float(m.group(1)))
         return len(res.kv_available) >= MAX_KV_WORKERS
-    if needle == "fatal signal from worker processes":
+    if needle in ("fatal signal from worker processes", "Received sigquit from a child process"):
         res.self_sigkill = True
         return True
     if needle == "MiB":

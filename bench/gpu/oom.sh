@@ -18,6 +18,15 @@
 #   triton-full     this process fills the card itself, then a compiled Triton kernel whose values spill to
 #                   local memory is loaded for its first launch -> 'Triton Error [CUDA]: out of memory'
 #                   (the driver cannot reserve the kernel's local memory; outside PyTorch's allocator)
+#   async-growth    runtime-growth under PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: the CUDA driver's
+#                   stream-ordered pool fails instead of the caching allocator (its own OOM report)
+#   expandable-growth
+#                   runtime-growth under expandable_segments:True (the layout vLLM's sleep mode and many
+#                   servers set): the OOM as the expandable allocator reports it
+#   fraction-growth runtime-growth with torch.cuda.set_per_process_memory_fraction(0.25): the process's own
+#                   budget runs out while most of the card is free (the OOM names the limit)
+#   cudnn-full      this process has its context, then another process takes all but ~8 MiB; its first
+#                   convolution creates the cuDNN handle and workspace -> cuDNN's failure (or torch's OOM)
 #
 # SCENARIOS="name ..." runs only those (default: all); the others' fixtures are left as they are.
 # Read-only on the GPU's settings: no nvidia-smi -pm/-pl/-lgc/-r/-c/-mig.
@@ -175,6 +184,27 @@ torch.cuda.synchronize()
 print("kernel ran", flush=True)
 PY
 
+cat > "$W/fraction_growth.py" <<'PY'
+import runpy, sys, torch
+torch.cuda.set_per_process_memory_fraction(0.25)
+print("per-process memory fraction 0.25", flush=True)
+runpy.run_path(sys.argv[1], run_name="__main__")
+PY
+
+cat > "$W/cudnn_late.py" <<'PY'
+import os, sys, time, torch
+x = torch.randn(16, 64, 256, 256, device="cuda", dtype=torch.float16)
+w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16)
+open(sys.argv[1], "w").close()
+print(f"context and inputs ready ({torch.cuda.memory_allocated() >> 20} MiB); waiting for the other process", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.1)
+print(f"free now {torch.cuda.mem_get_info()[0] >> 20} MiB; first convolution", flush=True)
+y = torch.nn.functional.conv2d(x, w, padding=1)
+torch.cuda.synchronize()
+print("convolution done", flush=True)
+PY
+
 want() {  # NAME: is this scenario selected (SCENARIOS unset or naming it)?
   [ -z "${SCENARIOS:-}" ] || [[ " $SCENARIOS " == *" $1 "* ]]
 }
@@ -233,6 +263,22 @@ run_case cublas-full 30 cublas_case
 
 run_case triton-full 30 timeout 90 "$PY" "$W/triton_full.py"
 
+run_case async-growth 40 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout 60 "$PY" "$W/runtime_growth.py"
+run_case expandable-growth 40 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 "$PY" "$W/runtime_growth.py"
+run_case fraction-growth 30 timeout 60 "$PY" "$W/fraction_growth.py" "$W/runtime_growth.py"
+
+cudnn_case() {
+  rm -f "$W/ready" "$W/held"
+  timeout 60 "$PY" "$W/cudnn_late.py" "$W/ready" "$W/held" & local bp=$!
+  for _ in $(seq 100); do [ -e "$W/ready" ] && break; sleep 0.2; done
+  "$PY" "$W/hog_free.py" 8 "$W/held" 25 > "$W/hog-cudnn-full.out" 2>&1 & local hp=$!
+  wait "$bp"
+  local rc=$?
+  kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
+  return $rc
+}
+run_case cudnn-full 30 cudnn_case
+
 # Corpus metadata, then what triage says about each (JSON), for the report.
 tel() { echo "telemetry = \"gpu-h200-$1-dmon.txt\""; echo "telemetry_nvml = \"gpu-h200-$1-nvml.csv\""; }
 corpus_toml oom.sh graph-capture oom_cudagraph_capture "torch OutOfMemoryError raised inside torch.cuda.graph capture (torch/cuda/graphs.py in the traceback) with ~1 GiB free" "$(tel graph-capture)"
@@ -241,7 +287,11 @@ corpus_toml oom.sh runtime-growth oom_runtime_under_load "torch OOM after many s
 corpus_toml oom.sh full-card startup_free_memory_below_target "the first CUDA call of a process fails with 'CUDA error: out of memory' while another process (gpu-processes.csv) holds all but ~64 MiB of the card" "$(tel full-card)"
 corpus_toml oom.sh cublas-full startup_free_memory_below_target "the first matmul (cuBLAS handle) fails for memory after another process (gpu-processes.csv) took all but ~8 MiB of the card" "$(tel cublas-full)"
 corpus_toml oom.sh triton-full oom_runtime_under_load "this process's own allocations filled the card (no other process in gpu-processes.csv), then loading a Triton kernel for its first launch failed: 'Triton Error [CUDA]: out of memory' from the driver, outside PyTorch's allocator" "$(tel triton-full)"
-for name in graph-capture other-process runtime-growth full-card cublas-full triton-full; do
+corpus_toml oom.sh async-growth oom_runtime_under_load "the growing loop of runtime-growth under backend:cudaMallocAsync: the stream-ordered pool's OOM after many steps; memory plateaued at capacity in dmon/NVML" "$(tel async-growth)"
+corpus_toml oom.sh expandable-growth oom_runtime_under_load "the growing loop of runtime-growth under expandable_segments:True: torch OOM after many steps; memory plateaued at capacity in dmon/NVML" "$(tel expandable-growth)"
+corpus_toml oom.sh fraction-growth oom_runtime_under_load "the growing loop of runtime-growth under set_per_process_memory_fraction(0.25): torch OOM after many steps at the process's own limit, with most of the card free" "$(tel fraction-growth)"
+corpus_toml oom.sh cudnn-full startup_free_memory_below_target "the first convolution (cuDNN handle and workspace) fails for memory after another process (gpu-processes.csv) took all but ~8 MiB of the card" "$(tel cudnn-full)"
+for name in graph-capture other-process runtime-growth full-card cublas-full triton-full async-growth expandable-growth fraction-growth cudnn-full; do
   triage_case "$name" --telemetry "$C/gpu-h200-$name-dmon.txt"
 done
 pack oom "nvrm|xid|oom"
