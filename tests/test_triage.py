@@ -3554,6 +3554,26 @@ def test_coloured_ipython_7_frames_are_read_as_frames(tmp_path: Path) -> None:
     assert (d.stage, d.cause) == ("load", "oom_weights_do_not_fit")
 
 
+def test_a_bare_assert_takes_its_source_line_as_its_message(tmp_path: Path) -> None:
+    # Python prints an assert statement's source line above a bare AssertionError
+    # (tests/corpus/ho205-vllm-12899-qwen25vl-bnb-inflight-shape-assert.log): that line states what failed
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/vllm/model_executor/layers/linear.py", line 589, in weight_loader\n'
+        "    assert param_data.shape == loaded_weight.shape\n"
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "AssertionError\n"
+    )
+    res = triage_scan.scan(io.BytesIO(frames.encode()))
+    assert res.exceptions[-1].message == "assert param_data.shape == loaded_weight.shape"
+    assert diagnose(_write(tmp_path, "a.log", frames)).cause == "config_error_not_resource"
+    # an assert about something else, or an AssertionError far from any assert line, says nothing
+    other = frames.replace("param_data.shape == loaded_weight.shape", "i % chunk_size == 0")
+    assert diagnose(_write(tmp_path, "b.log", other)).cause == "unknown"
+    far = frames.replace("AssertionError\n", "\n" * 10 + "AssertionError\n")
+    assert triage_scan.scan(io.BytesIO(far.encode())).exceptions[-1].message == ""
+
+
 def test_a_bus_error_while_the_shards_are_read_is_not_dev_shm(tmp_path: Path) -> None:
     # safetensors memory-maps each shard: a page it cannot read back raises SIGBUS
     # (tests/corpus/ho195-sglang-6083-bus-error-weights.log); the same bus error before loading is /dev/shm

@@ -233,6 +233,8 @@ class ScanResult:
     # the first line that says the checkpoint's tensors are being read (WEIGHT_READ_NEEDLES), after the
     # distributed set-up: a SIGBUS after it is a memory-mapped checkpoint file that could not be read
     weights_read_line: int | None = None
+    # the last assert statement's source line a traceback printed (line, condition), for a bare AssertionError
+    assert_source: tuple[int, str] | None = None
     stage: str = "unknown"
     pids: set[int] = field(default_factory=set)
     args: dict[str, Any] = field(default_factory=dict)
@@ -529,9 +531,14 @@ TRACEBACK_TRIGGERS = (
     ".py in ",  # IPython 7's frame line ('/usr/lib/python3.11/copy.py in deepcopy(x, memo)')
     "\x1b[0m in ",  # the same line in a notebook's saved colours ('copy.py\x1b[0m in \x1b[0;36mdeepcopy')
     "^[[0m in ",  # and in caret notation
+    "assert ",  # the source line Python prints above a bare AssertionError: its condition is its message
     "error",
 )  # an exception class without 'Error' is read only when the line has another trigger
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+(?:, in (?P<func>[\w.<>]+))?')
+# the source line of an assert statement as a traceback prints it ('    assert param_data.shape == ...'),
+# behind a wrapper's prefix; not an exception line, not a comment
+_ASSERT_SOURCE = re.compile(r"(?:^|[\s\]|:])assert\s+(?P<cond>[^\s#'\"].*?)\s*$")
+ASSERT_WINDOW = 6  # lines between an assert's source line and its bare AssertionError (carets, blank lines)
 _EXC = re.compile(
     r"(?:^|[\s\]\)>:|：\"'`*])(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|gaierror|herror))"
     r"(?::[ \t]*(?P<msg>.*?))?\s*$"
@@ -888,6 +895,11 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
                 elif "/exllamav2/" in path:
                     res.engine = "exllamav2"
         return
+    if "assert " in text:
+        a = _ASSERT_SOURCE.search(text[:MAX_LINE])
+        if a:
+            res.assert_source = (line_no, a.group("cond").strip()[:300])
+            return
     if not any(word in text for word in _EXC_WORDS):
         return
     m = _EXC.search(text[:MAX_LINE])
@@ -904,6 +916,11 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
     res.notebook_header = None
     frames = tuple(path for n, path in res.recent_frames if line_no - n <= FRAME_WINDOW)
     msg = (m.group("msg") or "")[:500]
+    src = res.assert_source
+    if not msg and m.group("exc").endswith("AssertionError") and src and line_no - src[0] <= ASSERT_WINDOW:
+        # a bare assert: Python printed its source line just above, which states the condition that failed
+        msg = "assert " + src[1]
+    res.assert_source = None
     res.exceptions.append(PyException(line_no, m.group("exc"), msg, text[:1000], frames))
     del res.exceptions[:-KEEP_EXCEPTIONS]
     res.recent_frames.clear()  # the next traceback brings its own frames
