@@ -249,17 +249,17 @@ full_card_case() {
 }
 run_case full-card 30 full_card_case
 
-cublas_case() {
+late_case() {  # SCRIPT NAME: SCRIPT makes its context and inputs, then another process takes all but ~8 MiB
   rm -f "$W/ready" "$W/held"
-  timeout 60 "$PY" "$W/cublas_late.py" "$W/ready" "$W/held" & local bp=$!
+  timeout 60 "$PY" "$W/$1" "$W/ready" "$W/held" & local bp=$!
   for _ in $(seq 100); do [ -e "$W/ready" ] && break; sleep 0.2; done
-  "$PY" "$W/hog_free.py" 8 "$W/held" 25 > "$W/hog-cublas-full.out" 2>&1 & local hp=$!
+  "$PY" "$W/hog_free.py" 8 "$W/held" 25 > "$W/hog-$2.out" 2>&1 & local hp=$!
   wait "$bp"
   local rc=$?
   kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
   return $rc
 }
-run_case cublas-full 30 cublas_case
+run_case cublas-full 30 late_case cublas_late.py cublas-full
 
 run_case triton-full 30 timeout 90 "$PY" "$W/triton_full.py"
 
@@ -267,17 +267,7 @@ run_case async-growth 40 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync tim
 run_case expandable-growth 40 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 60 "$PY" "$W/runtime_growth.py"
 run_case fraction-growth 30 timeout 60 "$PY" "$W/fraction_growth.py" "$W/runtime_growth.py"
 
-cudnn_case() {
-  rm -f "$W/ready" "$W/held"
-  timeout 60 "$PY" "$W/cudnn_late.py" "$W/ready" "$W/held" & local bp=$!
-  for _ in $(seq 100); do [ -e "$W/ready" ] && break; sleep 0.2; done
-  "$PY" "$W/hog_free.py" 8 "$W/held" 25 > "$W/hog-cudnn-full.out" 2>&1 & local hp=$!
-  wait "$bp"
-  local rc=$?
-  kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null
-  return $rc
-}
-run_case cudnn-full 30 cudnn_case
+run_case cudnn-full 30 late_case cudnn_late.py cudnn-full
 
 # Corpus metadata, then what triage says about each (JSON), for the report.
 tel() { echo "telemetry = \"gpu-h200-$1-dmon.txt\""; echo "telemetry_nvml = \"gpu-h200-$1-nvml.csv\""; }
