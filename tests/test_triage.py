@@ -3572,6 +3572,9 @@ def test_a_bare_assert_takes_its_source_line_as_its_message(tmp_path: Path) -> N
     assert diagnose(_write(tmp_path, "b.log", other)).cause == "unknown"
     far = frames.replace("AssertionError\n", "\n" * 10 + "AssertionError\n")
     assert triage_scan.scan(io.BytesIO(far.encode())).exceptions[-1].message == ""
+    # an exception line whose own message begins with 'assert ' (pytest's style) is still an exception line
+    stated = "Traceback (most recent call last):\nAssertionError: assert 0 <= idx < 4096\n"
+    assert triage_scan.scan(io.BytesIO(stated.encode())).exceptions[-1].message == "assert 0 <= idx < 4096"
 
 
 def test_a_bus_error_while_the_shards_are_read_is_not_dev_shm(tmp_path: Path) -> None:

@@ -89,6 +89,23 @@ STAGELESS_NOTHING_FREED_ALTERNATIVES = (
 EARLY_STAGES = ("unknown", "load", "memory_profiling", "kv_allocation")
 # Signatures that only say a process died of SIGKILL (the shell's 'Killed', exit status 137 / -9)
 SIGKILL_ONLY_SIGNATURES = frozenset({"shell.killed", "process.exit_137"})
+# what a server's own teardown SIGKILL looks like, as evidence (text, line, detail): vLLM's, SGLang's
+SELF_SIGKILL_EVIDENCE = (
+    (
+        "Got fatal signal from worker processes, shutting down",
+        None,
+        "vllm/v1/engine/core_client.py (0.7 .. 0.8) answers a worker's failure with kill_process_tree("
+        "os.getpid()): the 'Killed' / SIGKILL after it is vLLM's own teardown; the worker's error above is "
+        "the cause",
+    ),
+    (
+        "a traceback of SGLang's processes before the SIGKILL",
+        None,
+        "SGLang answers a scheduler's or worker's exception with kill_process_tree, which SIGKILLs its own "
+        "launcher (python/sglang/srt/utils.py): the 'Killed' after it is SGLang's own teardown; the "
+        "exception above is the cause",
+    ),
+)
 GPU_OOM_CAUSES = (
     "oom_weights_do_not_fit",
     "oom_cudagraph_capture",
@@ -707,28 +724,7 @@ def _gather(ctx: _Context) -> dict[str, _Candidate]:
     ):
         # the server killed its own process tree after a worker's error: the SIGKILL says nothing about RAM
         host.confidence = min(host.confidence, CUT_TRACEBACK_HINT)
-        if ctx.scan.engine == "sglang":
-            host.extra.append(
-                Evidence(
-                    "log",
-                    "a traceback of SGLang's processes before the SIGKILL",
-                    None,
-                    "SGLang answers a scheduler's or worker's exception with kill_process_tree, which "
-                    "SIGKILLs its own launcher (python/sglang/srt/utils.py): the 'Killed' after it is "
-                    "SGLang's own teardown; the exception above is the cause",
-                )
-            )
-        else:
-            host.extra.append(
-                Evidence(
-                    "log",
-                    "Got fatal signal from worker processes, shutting down",
-                    None,
-                    "vllm/v1/engine/core_client.py (0.7 .. 0.8) answers a worker's failure with "
-                    "kill_process_tree(os.getpid()): the 'Killed' / SIGKILL after it is vLLM's own teardown; "
-                    "the worker's error above is the cause",
-                )
-            )
+        host.extra.append(Evidence("log", *SELF_SIGKILL_EVIDENCE[ctx.scan.engine == "sglang"]))
 
     tag, option = ctx.scan.args.get("model_tag"), ctx.scan.args.get("model_option")
     if isinstance(tag, str) and isinstance(option, str) and tag.rstrip("/") != option.rstrip("/"):

@@ -513,8 +513,6 @@ class _Matcher:
         return starts
 
 
-# Lines that make up a Python traceback: its frames ('  File "/x/y.py", line 3, in f') and its closing
-# exception line ('ValueError: ...', 'torch.OutOfMemoryError: ...'), read for the [[structural]] rules.
 # load landmarks printed once the weights are being read, after the ranks' distributed set-up (vLLM's
 # gpu_model_runner.py load_model and weight_utils.py iterators, SGLang's model_runner.py load_model)
 WEIGHT_READ_NEEDLES = frozenset(
@@ -526,6 +524,8 @@ WEIGHT_READ_NEEDLES = frozenset(
     }
 )
 
+# Lines that make up a Python traceback: its frames ('  File "/x/y.py", line 3, in f') and its closing
+# exception line ('ValueError: ...', 'torch.OutOfMemoryError: ...'), read for the [[structural]] rules.
 TRACEBACK_TRIGGERS = (
     'file "',
     ".py in ",  # IPython 7's frame line ('/usr/lib/python3.11/copy.py in deepcopy(x, memo)')
@@ -878,6 +878,14 @@ def _match_line(text: str, line_no: int, matcher: _Matcher, res: ScanResult, sta
     return new_idx
 
 
+def _assert_source_line(text: str, line_no: int, res: ScanResult) -> None:
+    """Keep an assert statement's source line (not an exception line) for the bare AssertionError below it."""
+    if "assert " in text:
+        a = _ASSERT_SOURCE.search(text[:MAX_LINE])
+        if a:
+            res.assert_source = (line_no, a.group("cond").strip()[:300])
+
+
 def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
     """Keep the files of recent traceback frames and the exception lines that close tracebacks."""
     if 'File "' in text:
@@ -895,12 +903,8 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
                 elif "/exllamav2/" in path:
                     res.engine = "exllamav2"
         return
-    if "assert " in text:
-        a = _ASSERT_SOURCE.search(text[:MAX_LINE])
-        if a:
-            res.assert_source = (line_no, a.group("cond").strip()[:300])
-            return
     if not any(word in text for word in _EXC_WORDS):
+        _assert_source_line(text, line_no, res)
         return
     m = _EXC.search(text[:MAX_LINE])
     if m is None:
@@ -912,6 +916,8 @@ def _traceback_line(text: str, line_no: int, res: ScanResult) -> None:
         if h:
             res.notebook_header = (line_no, h.group("exc"), text[:1000])
             res.recent_frames.clear()
+        else:
+            _assert_source_line(text, line_no, res)
         return
     res.notebook_header = None
     frames = tuple(path for n, path in res.recent_frames if line_no - n <= FRAME_WINDOW)
