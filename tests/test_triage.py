@@ -3824,3 +3824,106 @@ def test_nccl_that_finds_the_card_full_is_an_oom_not_a_communication_failure() -
     assert d.memory and d.cause.startswith("oom_"), (d.cause, d.confidence)
     assert "nccl_multi_gpu_comm_failure" not in {c for c, _ in d.alternatives}
     assert any("Cuda failure 'out of memory'" in e.text for e in d.evidence)
+
+
+def test_a_message_re_flowed_inside_an_indented_quote_is_read_whole() -> None:
+    """A commit message quotes vLLM's start-up refusal indented and re-flowed over two lines, each keeping
+    its indent (NovaSky-AI/SkyRL 807bcda): the lines go back together without their indents, and the
+    numbers of the one message are read."""
+    log = CORPUS / "ho214-skyrl-807bcda-orphan-engine-free-mem.log"
+    assert len(log.read_text().splitlines()) == 2
+    d = diagnose(log)
+    assert d.cause == "startup_free_memory_below_target"
+    assert any("is less than desired GPU memory utilization (0.7, 55.43 GiB)" in e.text for e in d.evidence)
+
+
+def test_sglang_s_scheduler_lines_mark_serving_after_its_graph_capture(tmp_path: Path) -> None:
+    """AReaL's evaluation log (inclusionAI/AReaL logs/10242302): SGLang captured its CUDA graphs, served,
+    retracted requests when the KV pool filled, then ran out of memory in the LM head of a prefill. The
+    scheduler's retraction lines and its event-loop frames are serving landmarks; the same OOM right after
+    the capture's progress bar is still read as the capture's."""
+    log = CORPUS / "ho214-repo-areal-10242302-sglang-lm-head-runtime-oom.log"
+    d = diagnose(log)
+    assert (d.cause, d.stage) == ("oom_runtime_under_load", "serving")
+    lines = log.read_text().splitlines(keepends=True)
+    capture = next(i for i, t in enumerate(lines) if "Capturing batches" in t)
+    oom = next(t for t in lines if t.startswith("torch.OutOfMemoryError"))
+    cut = diagnose(_write(tmp_path, "cut.log", "".join(lines[: capture + 1]) + oom))
+    assert (cut.cause, cut.stage) == ("oom_cudagraph_capture", "graph_capture")
+
+
+def test_an_undefined_symbol_inside_a_warning_is_not_the_failure(tmp_path: Path) -> None:
+    """torchvision warns 'Failed to load image Python extension: ... image.so: undefined symbol: _ZN...'
+    and goes on (ho211's evaluation log, whose run then ran out of GPU memory per question): the symbol
+    rules do not read a warning, so the OOMs decide, and the warning alone names nothing."""
+    log = CORPUS / "ho211-repo-chaincode-hf-generate-oom-per-question.log"
+    d = diagnose(log)
+    assert d.cause == "oom_runtime_under_load"
+    assert not any("undefined_cxx_symbol" in e.detail for e in d.evidence)
+    warning = next(t for t in log.read_text().splitlines() if "undefined symbol" in t)
+    assert "UserWarning: " in warning
+    assert diagnose(_write(tmp_path, "warn.log", warning + "\n")).cause == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("case", "sig", "cause"),
+    [
+        (
+            "ho215-repo-ik-625-undefined-symbol-lib-clash",
+            "ld.undefined_c_symbol",
+            "config_error_not_resource",
+        ),
+        (
+            "ho214-skyrl-2076-libcudart-stub-undefined-symbol",
+            "cuda.libcudart_missing_symbol",
+            "config_error_not_resource",
+        ),
+        (
+            "ho213-repo-deepspeed-3634-num-heads-mp-size",
+            "generic.must_be_divisible",
+            "config_error_not_resource",
+        ),
+        (
+            "ho214-repo-primerl-fp8-load-cuda-init-fork",
+            "torch.cuda_driver_init_failed",
+            "config_error_not_resource",
+        ),
+        (
+            "ho208-forum-gitcode-695c2a5b-dynamo-h100-error-803",
+            "cuda.error_803",
+            "cuda_driver_runtime_mismatch",
+        ),
+        (
+            "ho210-hf-mixtral8x7b-13-tgi-flashattn-quant",
+            "tgi.model_no_quantization",
+            "config_error_not_resource",
+        ),
+    ],
+)
+def test_library_and_setting_messages_outside_vllm_name_their_cause(
+    case: str, sig: str | None, cause: str
+) -> None:
+    """Real lines from rounds 187-215: a C symbol another build of a library lacks (ik_llama.cpp's server
+    on llama.cpp's libllama), a stub libcudart found first, DeepSpeed's divisibility assert, torch's failed
+    CUDA initialisation in a forked engine, CUDA error 803 by its number, TGI's refusal of --quantize."""
+    d = diagnose(CORPUS / f"{case}.log")
+    assert d.cause == cause, (d.cause, d.confidence)
+    assert any(e.detail.startswith(f"{sig}:") for e in d.evidence)
+
+
+def test_the_generic_symbol_rule_leaves_the_cuda_entry_points_to_their_own() -> None:
+    """CUTLASS #2086: 'undefined symbol: cudaGetDriverEntryPointByVersion', code built with CUDA 12.8 on a
+    12.2 driver. The CUDA runtime's and the driver's entry points (cuda*, cu*) are not read as a library
+    mismatch of the build: the generic rule does not fire, and nothing calls it configuration."""
+    d = diagnose(CORPUS / "ho187-repo-cutlass-2086-undefined-symbol-old-driver.log")
+    assert not any(e.detail.startswith("ld.undefined_c_symbol:") for e in d.evidence)
+    assert d.cause != "config_error_not_resource"
+
+
+def test_bitsandbytes_without_gpu_support_explains_the_device_map_refusal() -> None:
+    """Llama2-Chinese #123: bitsandbytes' CPU-only build warns, then transformers refuses the 8-bit device
+    map with 'Make sure you have enough GPU RAM to fit the quantized model' (re-flowed and indented as
+    transformers prints it). The build, not the card's memory: the warning explains the refusal."""
+    d = diagnose(CORPUS / "ho64-llama-chinese-123-bnb-no-gpu-support-dispatched-cpu.log")
+    assert d.cause == "config_error_not_resource" and not d.memory
+    assert any(e.detail.startswith("bnb.compiled_without_gpu:") for e in d.evidence)
