@@ -768,20 +768,25 @@ JOIN_SPANS = (2, 3)  # consecutive tail lines a wrapped message may be spread ov
 _RICH_LOCATION = re.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
 
 
+def _joined(lines: list[str], sep: str = " ") -> tuple[str, tuple[str, str]]:
+    """The lines joined with ``sep``, and the two joins one line shorter (without the last, the first)."""
+    return sep.join(lines), (sep.join(lines[:-1]), sep.join(lines[1:]))
+
+
 def _joins(parts: list[str]) -> list[tuple[str, tuple[str, str]]]:
     """The ways a wrapped message's lines go back together, each with the two joins one line shorter: a
     fixed-width wrap (no separator), a re-flow (a space), a re-flow inside an indented quote (a space, each
     line's indent dropped), and rich's log column (Python servers such as infinity: the source location,
     'batch_handler.py:574', at the right of the first line and the rest indented), whose location and
     padding are dropped before joining with spaces."""
-    out = [(sep.join(parts), (sep.join(parts[:-1]), sep.join(parts[1:]))) for sep in ("", " ")]
+    out = [_joined(parts, ""), _joined(parts)]
     stripped = [t.strip() for t in parts]
     if stripped != parts:
         # a commit message or an e-mail quotes the message indented, and each of its lines keeps the indent
-        out.append((" ".join(stripped), (" ".join(stripped[:-1]), " ".join(stripped[1:]))))
+        out.append(_joined(stripped))
     bare = [_RICH_LOCATION.sub("", t).strip() for t in parts]
     if bare != stripped:
-        out.append((" ".join(bare), (" ".join(bare[:-1]), " ".join(bare[1:]))))
+        out.append(_joined(bare))
     return out
 
 
